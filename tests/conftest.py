@@ -1,0 +1,54 @@
+import pytest
+import torch
+
+import vanilla_transformer  # noqa: F401  (registers the Auto classes)
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+VOCAB = 64
+PAD, BOS, EOS = 0, 1, 2
+
+
+def tiny_config(**overrides) -> VanillaTransformerConfig:
+    """A 2+2-layer model small enough for exact CPU checks; dropout off unless a test turns it on."""
+    values = {
+        "vocab_size": VOCAB,
+        "d_model": 32,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4,
+        "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64,
+        "dropout": 0.0,
+        "max_position_embeddings": 64,
+    }
+    values.update(overrides)
+    return VanillaTransformerConfig(**values)
+
+
+def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGeneration:
+    torch.manual_seed(seed)
+    return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+
+
+def random_batch(batch_size: int = 3, src_len: int = 9, tgt_len: int = 7, seed: int = 0) -> dict:
+    """Source and target ids without special tokens, with some right padding in the source."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, VOCAB, (batch_size, src_len), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    for row in range(1, batch_size):
+        attention_mask[row, src_len - 2 * row :] = 0
+    input_ids = input_ids.masked_fill(attention_mask == 0, PAD)
+    decoder_input_ids = torch.randint(3, VOCAB, (batch_size, tgt_len), generator=generator)
+    decoder_input_ids[:, 0] = BOS
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids}
+
+
+@pytest.fixture
+def model() -> VanillaTransformerForConditionalGeneration:
+    return tiny_model()
+
+
+@pytest.fixture
+def batch() -> dict:
+    return random_batch()

@@ -1,0 +1,624 @@
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import BOS, EOS, PAD, VOCAB, random_batch, tiny_config, tiny_model
+from safetensors import safe_open
+from torch import nn
+from transformers import AutoModel, AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq
+from transformers.cache_utils import EncoderDecoderCache
+
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+    sinusoidal_position_encoding,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def count_parameters(config: VanillaTransformerConfig) -> int:
+    with torch.device("meta"):
+        model = VanillaTransformerForConditionalGeneration(config)
+    return sum(p.numel() for p in model.parameters())  # tied matrices are counted once
+
+
+# --- sizes ---------------------------------------------------------------------------------------------------
+
+
+def test_parameter_counts_match_the_paper():
+    base = count_parameters(VanillaTransformerConfig(vocab_size=37000))
+    big = count_parameters(VanillaTransformerConfig.from_preset("big", vocab_size=37000))
+    assert 60e6 <= base <= 66e6, base  # paper: 65M
+    assert 208e6 <= big <= 216e6, big  # paper: 213M
+    body = base - 37000 * 512  # the 6+6 stacks without the shared embedding
+    assert abs(body - 44.1e6) < 0.1e6, body
+
+
+# --- §3.5 positional encodings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pos", "i"), [(0, 0), (1, 0), (1, 3), (7, 10), (50, 255), (1000, 1), (4097, 100)])
+def test_sinusoidal_formula(pos, i):
+    d_model = 512
+    table = sinusoidal_position_encoding(pos + 1, d_model)
+    angle = pos / 10000 ** (2 * i / d_model)
+    assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+    assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    halves = sinusoidal_position_encoding(pos + 1, d_model, interleaved=False)
+    assert halves[pos, i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+    assert halves[pos, d_model // 2 + i].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_first_hidden_state_is_scaled_embedding_plus_positions(model, batch):
+    out = model(**batch, output_hidden_states=True)
+    embeddings = model.model.shared(batch["input_ids"]) * math.sqrt(model.config.d_model)
+    positions = sinusoidal_position_encoding(batch["input_ids"].shape[1], model.config.d_model)
+    torch.testing.assert_close(out.encoder_hidden_states[0], embeddings + positions, rtol=0, atol=1e-6)
+    assert len(out.encoder_hidden_states) == model.config.encoder_layers + 1
+    assert len(out.decoder_hidden_states) == model.config.decoder_layers + 1
+
+
+def test_sequences_longer_than_the_table_extend_it():
+    model = tiny_model(max_position_embeddings=8)
+    encoder = model.get_encoder()
+    ids = torch.randint(3, VOCAB, (1, 20))
+    hidden = encoder(ids, output_hidden_states=True).hidden_states[0]
+    expected = model.model.shared(ids) * math.sqrt(32) + sinusoidal_position_encoding(20, 32)
+    torch.testing.assert_close(hidden, expected, rtol=0, atol=1e-6)
+    # generation past the table keeps going with fresh positions rather than wrapping
+    out = model.generate(ids[:, :5], max_new_tokens=15, min_new_tokens=15, do_sample=False)
+    assert out.shape[1] == 16
+
+
+def test_learned_positions_reject_too_long_input():
+    model = tiny_model(position_encoding="learned", max_position_embeddings=8)
+    assert isinstance(model.model.encoder.embed_positions, nn.Embedding)
+    with pytest.raises(ValueError, match="max_position_embeddings=8"):
+        model(input_ids=torch.ones(1, 9, dtype=torch.long), decoder_input_ids=torch.ones(1, 2, dtype=torch.long))
+
+
+# --- equivalence with torch.nn.Transformer ---------------------------------------------------------------------
+
+
+class PaperReference(nn.Module):
+    """The paper's model around torch.nn.Transformer(norm_first=False) with no final LayerNorms (§3.1)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        d, heads = config.d_model, config.encoder_attention_heads
+        self.d_model = d
+        self.embedding = nn.Embedding(config.vocab_size, d)
+        kwargs = {"dropout": 0.0, "activation": "relu", "layer_norm_eps": config.layer_norm_eps, "batch_first": True}
+        encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(d, heads, config.encoder_ffn_dim, norm_first=False, **kwargs),
+            config.encoder_layers,
+            norm=None,
+            enable_nested_tensor=False,
+        )
+        decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(d, heads, config.decoder_ffn_dim, norm_first=False, **kwargs),
+            config.decoder_layers,
+            norm=None,
+        )
+        self.transformer = nn.Transformer(
+            d, heads, custom_encoder=encoder, custom_decoder=decoder, batch_first=True, norm_first=False
+        )
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        def embed(ids):
+            return self.embedding(ids) * math.sqrt(self.d_model) + sinusoidal_position_encoding(ids.shape[1], self.d_model)
+
+        target_length = decoder_input_ids.shape[1]
+        causal = nn.Transformer.generate_square_subsequent_mask(target_length)
+        padding = attention_mask == 0
+        hidden = self.transformer(
+            embed(input_ids),
+            embed(decoder_input_ids),
+            tgt_mask=causal,
+            src_key_padding_mask=padding,
+            memory_key_padding_mask=padding,
+            tgt_is_causal=True,
+        )
+        return hidden @ self.embedding.weight.T
+
+
+def copy_into_reference(model: VanillaTransformerForConditionalGeneration, reference: PaperReference) -> None:
+    def copy_attention(ours, theirs):
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        theirs.in_proj_bias.zero_()  # the equations of §3.2.2 have no biases
+        theirs.out_proj.weight.copy_(ours.out_proj.weight)
+        theirs.out_proj.bias.zero_()
+
+    def copy_norm(ours, theirs):
+        theirs.weight.copy_(ours.weight)
+        theirs.bias.copy_(ours.bias)
+
+    def copy_ffn(ours, layer):
+        layer.linear1.weight.copy_(ours.fc1.weight)
+        layer.linear1.bias.copy_(ours.fc1.bias)
+        layer.linear2.weight.copy_(ours.fc2.weight)
+        layer.linear2.bias.copy_(ours.fc2.bias)
+
+    with torch.no_grad():
+        reference.embedding.weight.copy_(model.model.shared.weight)
+        for ours, theirs in zip(model.model.encoder.layers, reference.transformer.encoder.layers):
+            copy_attention(ours.self_attn, theirs.self_attn)
+            copy_norm(ours.self_attn_layer_norm, theirs.norm1)
+            copy_ffn(ours.ffn, theirs)
+            copy_norm(ours.final_layer_norm, theirs.norm2)
+        for ours, theirs in zip(model.model.decoder.layers, reference.transformer.decoder.layers):
+            copy_attention(ours.self_attn, theirs.self_attn)
+            copy_norm(ours.self_attn_layer_norm, theirs.norm1)
+            copy_attention(ours.encoder_attn, theirs.multihead_attn)
+            copy_norm(ours.encoder_attn_layer_norm, theirs.norm2)
+            copy_ffn(ours.ffn, theirs)
+            copy_norm(ours.final_layer_norm, theirs.norm3)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_matches_torch_nn_transformer(attn_implementation):
+    config = tiny_config(encoder_layers=3, decoder_layers=2)
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.set_attn_implementation(attn_implementation)
+    with torch.no_grad():  # non-trivial LayerNorm parameters, so that copying them is checked too
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    reference = PaperReference(config).eval()
+    copy_into_reference(model, reference)
+    batch = random_batch(batch_size=4, src_len=11, tgt_len=9, seed=3)
+    with torch.no_grad():
+        ours = model(**batch).logits
+        theirs = reference(**batch)
+    error = (ours - theirs).abs().max().item()
+    assert error < 1e-5, error
+
+
+# --- masking ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_decoder_is_causal(attn_implementation, batch):
+    model = tiny_model()
+    model.set_attn_implementation(attn_implementation)
+    logits = model(**batch).logits
+    changed = dict(batch, decoder_input_ids=batch["decoder_input_ids"].clone())
+    changed["decoder_input_ids"][:, 4:] = (changed["decoder_input_ids"][:, 4:] + 7) % VOCAB
+    changed_logits = model(**changed).logits
+    torch.testing.assert_close(changed_logits[:, :4], logits[:, :4], rtol=0, atol=1e-6)
+    assert (changed_logits[:, 4:] - logits[:, 4:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_padding_invariance(attn_implementation):
+    model = tiny_model()
+    model.set_attn_implementation(attn_implementation)
+    short_src, short_tgt = torch.randint(3, VOCAB, (1, 5)), torch.randint(3, VOCAB, (1, 4))
+    alone = model(input_ids=short_src, decoder_input_ids=short_tgt).logits
+    long_src, long_tgt = torch.randint(3, VOCAB, (1, 9)), torch.randint(3, VOCAB, (1, 8))
+    input_ids = torch.cat([long_src, torch.cat([short_src, torch.full((1, 4), PAD)], 1)])
+    decoder_input_ids = torch.cat([long_tgt, torch.cat([short_tgt, torch.full((1, 4), PAD)], 1)])
+    attention_mask = (torch.arange(9) < torch.tensor([[9], [5]])).long()
+    decoder_attention_mask = (torch.arange(8) < torch.tensor([[8], [4]])).long()
+    batched = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    ).logits
+    torch.testing.assert_close(batched[1:, :4], alone, rtol=0, atol=1e-5)
+
+
+def test_eager_and_sdpa_agree(batch):
+    eager = tiny_model()
+    eager.set_attn_implementation("eager")
+    sdpa = tiny_model()
+    assert sdpa.config._attn_implementation == "sdpa"  # the default
+    batch = dict(batch, decoder_attention_mask=torch.ones_like(batch["decoder_input_ids"]))
+    batch["decoder_attention_mask"][2, 5:] = 0
+    error = (eager(**batch).logits - sdpa(**batch).logits).abs().max().item()
+    assert error < 1e-5, error
+
+
+def test_flex_attention_agrees_with_eager(batch):
+    flex = tiny_model()
+    flex.set_attn_implementation("flex_attention")
+    eager = tiny_model()
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():  # torch's flex attention has no backward on the CPU
+        error = (flex(**batch).logits - eager(**batch).logits).abs().max().item()
+    assert error < 1e-5, error
+
+
+def test_flash_attention_is_declared():
+    assert VanillaTransformerForConditionalGeneration._supports_flash_attn
+    assert VanillaTransformerForConditionalGeneration._supports_sdpa
+    assert VanillaTransformerForConditionalGeneration._supports_flex_attn
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fully_padded_row_stays_finite(attn_implementation, dtype, batch):
+    model = tiny_model().to(dtype)
+    model.set_attn_implementation(attn_implementation)
+    batch["attention_mask"][1] = 0
+    out = model(**batch, output_hidden_states=True)
+    assert torch.isfinite(out.logits).all()
+    assert all(torch.isfinite(h).all() for h in out.encoder_hidden_states)
+
+
+# --- generation and the KV cache -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "generate_kwargs",
+    [
+        {"do_sample": False, "num_beams": 1},
+        {"do_sample": False, "num_beams": 4, "num_return_sequences": 2},
+        {"do_sample": True, "num_beams": 1, "top_k": 10},
+    ],
+    ids=["greedy", "beam", "sample"],
+)
+def test_generate_with_and_without_cache(generate_kwargs, batch):
+    model = tiny_model()
+    common = {"max_new_tokens": 10, "min_new_tokens": 10, **generate_kwargs}
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    torch.manual_seed(1)
+    cached = model.generate(**inputs, use_cache=True, **common)
+    torch.manual_seed(1)
+    uncached = model.generate(**inputs, use_cache=False, **common)
+    assert torch.equal(cached, uncached)
+    assert cached.shape[1] == 11
+
+
+def test_cross_attention_keys_and_values_are_computed_once(batch):
+    model = tiny_model()
+    calls = []
+    model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda *args: calls.append(1))
+    out = model.generate(
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        max_new_tokens=6,
+        min_new_tokens=6,
+        return_dict_in_generate=True,
+    )
+    assert len(calls) == 1
+    cache = out.past_key_values
+    assert isinstance(cache, EncoderDecoderCache)
+    assert cache.self_attention_cache.get_seq_length() == 6
+    assert cache.cross_attention_cache.get_seq_length() == batch["input_ids"].shape[1]
+
+
+def test_attention_outputs(batch):
+    model = tiny_model()
+    model.set_attn_implementation("eager")
+    out = model(**batch, output_attentions=True)
+    b, s = batch["input_ids"].shape
+    t = batch["decoder_input_ids"].shape[1]
+    assert [a.shape for a in out.encoder_attentions] == [(b, 4, s, s)] * 2
+    assert [a.shape for a in out.decoder_attentions] == [(b, 4, t, t)] * 2
+    assert [a.shape for a in out.cross_attentions] == [(b, 4, t, s)] * 2
+    # padded source positions receive no attention; future target positions receive none either
+    assert out.encoder_attentions[0][2, :, :, s - 4 :].abs().max() == 0
+    assert torch.triu(out.decoder_attentions[0][0, 0], diagonal=1).abs().max() == 0
+    torch.testing.assert_close(out.cross_attentions[1].sum(-1), torch.ones(b, 4, t))
+
+
+# --- training --------------------------------------------------------------------------------------------------
+
+
+def test_loss_ignores_minus_100_and_uses_unshifted_labels(batch):
+    model = tiny_model()
+    labels = torch.randint(3, VOCAB, (3, 7))
+    labels[0, 5:] = -100
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    assert decoder_input_ids[0, 0] == model.config.decoder_start_token_id
+    assert decoder_input_ids[0, 6] == PAD  # -100 becomes padding in the decoder input
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids
+    ).logits
+    expected = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_gradient_accumulation_with_num_items_in_batch_matches_one_large_batch():
+    batch = random_batch(batch_size=4, seed=5)
+    labels = torch.randint(3, VOCAB, (4, 7))
+    labels[0, 2:] = -100  # uneven token counts between the two halves
+    full_model = tiny_model()
+    full_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
+    accumulated_model = tiny_model()
+    num_items = (labels != -100).sum()
+    for half in (slice(0, 2), slice(2, 4)):
+        accumulated_model(
+            input_ids=batch["input_ids"][half],
+            attention_mask=batch["attention_mask"][half],
+            labels=labels[half],
+            num_items_in_batch=num_items,
+        ).loss.backward()
+    for (name, full), accumulated in zip(full_model.named_parameters(), accumulated_model.parameters()):
+        torch.testing.assert_close(accumulated.grad, full.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(batch):
+    labels = torch.randint(3, VOCAB, (3, 7))
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for plain, checkpointed in zip(*grads):
+        torch.testing.assert_close(checkpointed, plain)
+
+
+def test_collator_and_seq2seq_trainer_with_label_smoothing(tmp_path):
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    model = tiny_model(dropout=0.1).train()
+    rows = [{"input_ids": [5 + i % 7, 9, 11, EOS], "labels": [6 + i % 5, 8, EOS][: 2 + i % 2]} for i in range(16)]
+
+    class Tok:  # the collator needs only pad_token_id and padding_side from a tokenizer
+        pad_token_id = PAD
+        padding_side = "right"
+
+        def pad(self, features, **kwargs):
+            width = max(len(f["input_ids"]) for f in features)
+            ids = [f["input_ids"] + [PAD] * (width - len(f["input_ids"])) for f in features]
+            mask = [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
+            out = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+            if "labels" in features[0]:
+                out["labels"] = torch.tensor([f["labels"] for f in features])
+            return out
+
+    collator = DataCollatorForSeq2Seq(Tok(), model=model, label_pad_token_id=-100)
+    features = collator([rows[0], rows[1]])
+    assert torch.equal(features["decoder_input_ids"], model.prepare_decoder_input_ids_from_labels(features["labels"]))
+
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        label_smoothing_factor=0.1,
+        learning_rate=1e-2,
+        max_steps=6,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator)
+    # with label smoothing the Trainer pops the labels: the batch must carry decoder_input_ids from the collator
+    inputs = collator(rows[:4])
+    loss, _ = trainer.compute_loss(model.eval(), dict(inputs), return_outputs=True)
+    logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+    smoothed = nn.functional.cross_entropy(
+        logits.reshape(-1, VOCAB), inputs["labels"].reshape(-1), ignore_index=-100, label_smoothing=0.1
+    )
+    torch.testing.assert_close(loss, smoothed)
+    model.train()
+    result = trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 6 and math.isfinite(result.training_loss)
+    assert losses[-1] < losses[0]
+
+
+# --- embeddings ------------------------------------------------------------------------------------------------
+
+
+def test_one_shared_matrix_stored_once(tmp_path, model):
+    shared = model.model.shared.weight
+    assert model.model.encoder.embed_tokens.weight is shared
+    assert model.model.decoder.embed_tokens.weight is shared
+    assert model.lm_head.weight is shared
+    assert model.lm_head.bias is None
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        keys = list(f.keys())
+    assert [k for k in keys if "embed" in k or "shared" in k or "lm_head" in k] == ["model.shared.weight"]
+
+
+def test_no_attention_biases_by_default(model):
+    attention = model.model.decoder.layers[0].encoder_attn
+    assert all(p.bias is None for p in (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj))
+    with_bias = tiny_model(attention_bias=True).model.encoder.layers[0].self_attn
+    assert with_bias.q_proj.bias is not None and with_bias.out_proj.bias is not None
+
+
+def test_resize_token_embeddings_keeps_the_tying(tmp_path, model):
+    model.resize_token_embeddings(VOCAB + 6)
+    assert model.config.vocab_size == model.config.decoder_vocab_size == VOCAB + 6
+    for weight in (model.model.encoder.embed_tokens.weight, model.model.decoder.embed_tokens.weight):
+        assert weight is model.model.shared.weight
+    assert model.lm_head.weight is model.model.shared.weight
+    assert model(input_ids=torch.tensor([[VOCAB + 5]]), decoder_input_ids=torch.tensor([[BOS]])).logits.shape[-1] == (
+        VOCAB + 6
+    )
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert reloaded.lm_head.weight is reloaded.model.shared.weight
+    torch.testing.assert_close(reloaded.model.shared.weight, model.model.shared.weight, rtol=0, atol=0)
+
+
+def test_separate_vocabularies(tmp_path):
+    model = tiny_model(share_encoder_decoder_embeddings=False, decoder_vocab_size=40)
+    assert not hasattr(model.model, "shared")
+    assert model.model.encoder.embed_tokens.weight is not model.model.decoder.embed_tokens.weight
+    assert model.lm_head.weight is model.model.decoder.embed_tokens.weight  # target embedding = output projection
+    batch = random_batch()
+    batch["decoder_input_ids"] %= 40
+    assert model(**batch).logits.shape[-1] == 40
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, rtol=0, atol=0)
+
+
+def test_pre_layer_norm_option_adds_final_layer_norms(batch):
+    post, pre = tiny_model(), tiny_model(normalize_before=True)
+    assert post.model.encoder.layer_norm is None and post.model.decoder.layer_norm is None
+    assert isinstance(pre.model.encoder.layer_norm, nn.LayerNorm)
+    assert isinstance(pre.model.decoder.layer_norm, nn.LayerNorm)
+    assert not torch.allclose(pre(**batch).logits, post(**batch).logits)
+    labels = torch.randint(3, VOCAB, (3, 7))
+    pre(input_ids=batch["input_ids"], labels=labels).loss.backward()
+    assert pre.model.encoder.layer_norm.weight.grad is not None
+
+
+def test_initialization_follows_tensor2tensor():
+    model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(vocab_size=1000))
+    std = model.model.shared.weight[1:].std().item()
+    assert abs(std - 512**-0.5) < 0.002, std  # so that embeddings × √d_model have unit variance
+    assert model.model.shared.weight[PAD].abs().max() == 0
+    fc1 = model.model.encoder.layers[0].ffn.fc1.weight
+    assert fc1.abs().max() <= math.sqrt(6 / (512 + 2048)) + 1e-6  # Glorot-uniform bound
+
+
+# --- save, load and remote code --------------------------------------------------------------------------------
+
+
+def test_save_and_load_are_bit_exact(tmp_path, model, batch):
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert isinstance(reloaded, VanillaTransformerForConditionalGeneration)
+    for (name, ours), theirs in zip(model.state_dict().items(), reloaded.state_dict().values()):
+        assert torch.equal(ours, theirs), name
+    assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
+    base = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(base, VanillaTransformerModel)
+    assert torch.equal(base.shared.weight, model.model.shared.weight)
+
+
+def test_saved_folder_has_code_and_auto_map(tmp_path, model):
+    model.save_pretrained(tmp_path)
+    names = set(os.listdir(tmp_path))
+    assert {"config.json", "generation_config.json", "model.safetensors"} <= names
+    assert {"configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"} <= names
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in names)
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {
+        "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
+        "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
+        "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
+    }
+
+
+REMOTE_LOAD = textwrap.dedent(
+    """
+    import builtins, sys
+    real_import = builtins.__import__
+    def guarded_import(name, *args, **kwargs):
+        if name.split(".")[0] == "vanilla_transformer":
+            raise ImportError("vanilla_transformer is blocked in this process")
+        return real_import(name, *args, **kwargs)
+    builtins.__import__ = guarded_import
+    import torch
+    from transformers import AutoModel, AutoModelForSeq2SeqLM
+    folder, inputs_file = sys.argv[1], sys.argv[2]
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    assert model.__module__.startswith("transformers_modules."), model.__module__
+    assert type(AutoModel.from_pretrained(folder, trust_remote_code=True)).__name__ == "VanillaTransformerModel"
+    inputs = torch.load(inputs_file)
+    out = model.generate(**inputs, num_beams=4, max_new_tokens=8)
+    print(out.tolist())
+    """
+)
+
+
+def test_remote_code_loads_without_the_package(tmp_path, model, batch):
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    torch.save(inputs, tmp_path / "inputs.pt")
+    expected = model.generate(**inputs, num_beams=4, max_new_tokens=8).tolist()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOAD, str(folder), str(tmp_path / "inputs.pt")],
+        cwd=tmp_path,  # not the project root, so the package is not importable from the working directory
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+
+
+# --- bad input -------------------------------------------------------------------------------------------------
+
+
+def test_token_ids_outside_the_vocabulary(model):
+    ok = torch.tensor([[BOS]])
+    with pytest.raises(ValueError, match=rf"input_ids contains token id 70 \(largest 70.*vocab_size is {VOCAB}"):
+        model(input_ids=torch.tensor([[5, 70, 3]]), decoder_input_ids=ok)
+    with pytest.raises(ValueError, match=r"input_ids contains token id -4 .*vocab_size is 64"):
+        model(input_ids=torch.tensor([[5, -4, 3]]), decoder_input_ids=ok)
+    with pytest.raises(ValueError, match=r"decoder_input_ids contains token id 64 .*vocab_size is 64"):
+        model(input_ids=torch.tensor([[5, 6]]), decoder_input_ids=torch.tensor([[1, 64]]))
+    with pytest.raises(ValueError, match=r"labels contains token id 99 .*vocab_size is 64"):
+        model(input_ids=torch.tensor([[5, 6]]), labels=torch.tensor([[3, 99, -100]]))
+    with pytest.raises(ValueError, match=r"input_ids contains token id 64"):
+        model.generate(torch.tensor([[5, 64]]), max_new_tokens=2)
+
+
+def test_wrong_shapes_name_the_expected_shape(model):
+    ids = torch.tensor([[5, 6, 7]])
+    target = torch.tensor([[BOS, 5]])
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(batch_size, sequence_length\), got \(3,\)"):
+        model(input_ids=ids[0], decoder_input_ids=target)
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \(1, 3\), got \(1, 4\)"):
+        model(input_ids=ids, attention_mask=torch.ones(1, 4), decoder_input_ids=target)
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \(1, 3\), got \(3,\)"):
+        model(input_ids=ids, attention_mask=torch.ones(3), decoder_input_ids=target)
+    with pytest.raises(ValueError, match=r"decoder_attention_mask must have shape \(1, 2\), got \(1, 5\)"):
+        model(input_ids=ids, decoder_input_ids=target, decoder_attention_mask=torch.ones(1, 5))
+    with pytest.raises(ValueError, match=r"decoder_input_ids must have shape \(batch_size, target_length\)"):
+        model(input_ids=ids, decoder_input_ids=target[None])
+    with pytest.raises(ValueError, match=r"labels must have shape \(batch_size, target_length\)"):
+        model(input_ids=ids, labels=target[0])
+    with pytest.raises(ValueError, match=r"inputs_embeds must have shape \(batch_size, sequence_length, 32\)"):
+        model(inputs_embeds=torch.zeros(1, 3, 16), decoder_input_ids=target)
+
+
+def test_usage_example_from_the_readme_runs_as_written():
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("<!-- usage-example -->")[1].split("```python")[1].split("```")[0]
+    namespace = {"input_ids": torch.randint(4, 1000, (2, 6)), "mask": torch.ones(2, 6, dtype=torch.long)}
+    cwd = os.getcwd()
+    try:
+        os.chdir(Path(__import__("tempfile").mkdtemp()))
+        exec(compile(example, "README.md", "exec"), namespace)
+        assert os.path.exists("out/model.safetensors")
+    finally:
+        os.chdir(cwd)
+    assert namespace["out"].shape[0] == 2
+
+
+def test_device_map_auto_splits_on_layer_boundaries(tmp_path, model, batch):
+    assert set(model._no_split_modules) == {"VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"}
+    model.save_pretrained(tmp_path)
+    placed = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, device_map="auto").eval()
+    assert placed.lm_head.weight is placed.model.shared.weight
+    torch.testing.assert_close(placed(**batch).logits, model(**batch).logits, rtol=0, atol=0)
+
+
+def test_deepcopy_keeps_backends_apart():
+    # set_attn_implementation edits the config in place; each model must own its config
+    model = tiny_model()
+    other = copy.deepcopy(model)
+    other.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "sdpa"
