@@ -62,7 +62,6 @@ def test_generation_parameters_are_not_config_fields():
         ({"vocab_size": 100, "pad_token_id": -1}, r"pad_token_id=-1 lies outside the vocabulary"),
         ({"vocab_size": 100, "decoder_start_token_id": 250}, r"decoder_start_token_id=250 lies outside"),
         ({"vocab_size": 100, "decoder_vocab_size": 50}, r"decoder_vocab_size=50 differs from vocab_size=100"),
-        ({"tie_word_embeddings": False}, r"share_encoder_decoder_embeddings=False"),
         ({"init_std": -0.02}, r"init_std=-0.02 must be >= 0"),
     ],
 )

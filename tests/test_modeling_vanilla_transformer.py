@@ -2,9 +2,6 @@ import copy
 import json
 import math
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,6 +18,7 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     sinusoidal_position_encoding,
 )
+from vanilla_transformer.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +113,9 @@ class PaperReference(nn.Module):
 
     def forward(self, input_ids, attention_mask, decoder_input_ids):
         def embed(ids):
-            return self.embedding(ids) * math.sqrt(self.d_model) + sinusoidal_position_encoding(ids.shape[1], self.d_model)
+            return self.embedding(ids) * math.sqrt(self.d_model) + sinusoidal_position_encoding(
+                ids.shape[1], self.d_model
+            )
 
         target_length = decoder_input_ids.shape[1]
         causal = nn.Transformer.generate_square_subsequent_mask(target_length)
@@ -150,12 +150,12 @@ def copy_into_reference(model: VanillaTransformerForConditionalGeneration, refer
 
     with torch.no_grad():
         reference.embedding.weight.copy_(model.model.shared.weight)
-        for ours, theirs in zip(model.model.encoder.layers, reference.transformer.encoder.layers):
+        for ours, theirs in zip(model.model.encoder.layers, reference.transformer.encoder.layers, strict=True):
             copy_attention(ours.self_attn, theirs.self_attn)
             copy_norm(ours.self_attn_layer_norm, theirs.norm1)
             copy_ffn(ours.ffn, theirs)
             copy_norm(ours.final_layer_norm, theirs.norm2)
-        for ours, theirs in zip(model.model.decoder.layers, reference.transformer.decoder.layers):
+        for ours, theirs in zip(model.model.decoder.layers, reference.transformer.decoder.layers, strict=True):
             copy_attention(ours.self_attn, theirs.self_attn)
             copy_norm(ours.self_attn_layer_norm, theirs.norm1)
             copy_attention(ours.encoder_attn, theirs.multihead_attn)
@@ -348,7 +348,7 @@ def test_gradient_accumulation_with_num_items_in_batch_matches_one_large_batch()
             labels=labels[half],
             num_items_in_batch=num_items,
         ).loss.backward()
-    for (name, full), accumulated in zip(full_model.named_parameters(), accumulated_model.parameters()):
+    for (name, full), accumulated in zip(full_model.named_parameters(), accumulated_model.parameters(), strict=True):
         torch.testing.assert_close(accumulated.grad, full.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
@@ -361,7 +361,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(batch):
             model.gradient_checkpointing_enable()
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
         grads.append([p.grad.clone() for p in model.parameters()])
-    for plain, checkpointed in zip(*grads):
+    for plain, checkpointed in zip(*grads, strict=True):
         torch.testing.assert_close(checkpointed, plain)
 
 
@@ -468,6 +468,15 @@ def test_separate_vocabularies(tmp_path):
     torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, rtol=0, atol=0)
 
 
+def test_untied_output_projection(tmp_path, batch):
+    model = tiny_model(tie_word_embeddings=False)
+    weights = [model.model.encoder.embed_tokens.weight, model.model.decoder.embed_tokens.weight, model.lm_head.weight]
+    assert len({id(w) for w in weights}) == 3  # transformers ties all declared pairs or none
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
+
+
 def test_pre_layer_norm_option_adds_final_layer_norms(batch):
     post, pre = tiny_model(), tiny_model(normalize_before=True)
     assert post.model.encoder.layer_norm is None and post.model.decoder.layer_norm is None
@@ -495,7 +504,7 @@ def test_save_and_load_are_bit_exact(tmp_path, model, batch):
     model.save_pretrained(tmp_path)
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert isinstance(reloaded, VanillaTransformerForConditionalGeneration)
-    for (name, ours), theirs in zip(model.state_dict().items(), reloaded.state_dict().values()):
+    for (name, ours), theirs in zip(model.state_dict().items(), reloaded.state_dict().values(), strict=True):
         assert torch.equal(ours, theirs), name
     assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
     base = AutoModel.from_pretrained(tmp_path)
@@ -517,45 +526,11 @@ def test_saved_folder_has_code_and_auto_map(tmp_path, model):
     }
 
 
-REMOTE_LOAD = textwrap.dedent(
-    """
-    import builtins, sys
-    real_import = builtins.__import__
-    def guarded_import(name, *args, **kwargs):
-        if name.split(".")[0] == "vanilla_transformer":
-            raise ImportError("vanilla_transformer is blocked in this process")
-        return real_import(name, *args, **kwargs)
-    builtins.__import__ = guarded_import
-    import torch
-    from transformers import AutoModel, AutoModelForSeq2SeqLM
-    folder, inputs_file = sys.argv[1], sys.argv[2]
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert model.__module__.startswith("transformers_modules."), model.__module__
-    assert type(AutoModel.from_pretrained(folder, trust_remote_code=True)).__name__ == "VanillaTransformerModel"
-    inputs = torch.load(inputs_file)
-    out = model.generate(**inputs, num_beams=4, max_new_tokens=8)
-    print(out.tolist())
-    """
-)
-
-
 def test_remote_code_loads_without_the_package(tmp_path, model, batch):
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
+    model.save_pretrained(tmp_path)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    torch.save(inputs, tmp_path / "inputs.pt")
     expected = model.generate(**inputs, num_beams=4, max_new_tokens=8).tolist()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH="")
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOAD, str(folder), str(tmp_path / "inputs.pt")],
-        cwd=tmp_path,  # not the project root, so the package is not importable from the working directory
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+    assert generate_without_package(tmp_path, inputs, num_beams=4, max_new_tokens=8) == expected
 
 
 # --- bad input -------------------------------------------------------------------------------------------------

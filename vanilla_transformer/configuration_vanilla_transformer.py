@@ -66,7 +66,9 @@ class VanillaTransformerConfig(PretrainedConfig):
             `x + Dropout(Sublayer(LayerNorm(x)))` with a final LayerNorm after each stack.
         attention_bias: add biases to W^Q, W^K, W^V and W^O (the equations of §3.2.2 have none).
         share_encoder_decoder_embeddings: one embedding matrix for source and target (§3.4, shared BPE vocabulary).
-        tie_word_embeddings: tie the target embedding to the pre-softmax projection (§3.4).
+        tie_word_embeddings: tie the target embedding to the pre-softmax projection (§3.4). transformers ties all
+            declared pairs or none, so False leaves source embedding, target embedding and projection as three
+            separate matrices, whatever `share_encoder_decoder_embeddings` says.
         init_std: None initializes as tensor2tensor and fairseq do (embeddings N(0, d_model^-0.5), projections
             Glorot-uniform; the paper does not say); a float initializes every weight from N(0, init_std) as Bart.
         layer_norm_eps: LayerNorm epsilon (the paper does not say; tensor2tensor uses 1e-6).
@@ -173,11 +175,6 @@ class VanillaTransformerConfig(PretrainedConfig):
                     f"decoder_vocab_size={self.decoder_vocab_size} differs from vocab_size={self.vocab_size}, but "
                     f"share_encoder_decoder_embeddings=True needs one vocabulary; set "
                     f"share_encoder_decoder_embeddings=False for separate vocabularies."
-                )
-            if not self.tie_word_embeddings:
-                raise ValueError(
-                    "share_encoder_decoder_embeddings=True with tie_word_embeddings=False is not supported: "
-                    "transformers ties all embeddings or none; set share_encoder_decoder_embeddings=False too."
                 )
         sizes = {
             "vocab_size": self.vocab_size,

@@ -26,7 +26,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -92,7 +92,7 @@ def check_shape(tensor: torch.Tensor | None, expected: tuple, name: str, allow_4
         return
     names = ", ".join(str(size) for size in expected)
     if tensor.dim() != len(expected) or any(
-        isinstance(size, int) and actual != size for actual, size in zip(tensor.shape, expected)
+        isinstance(size, int) and actual != size for actual, size in zip(tensor.shape, expected, strict=True)
     ):
         raise ValueError(f"{name} must have shape ({names}), got {tuple(tensor.shape)}.")
 
