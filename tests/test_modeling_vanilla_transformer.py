@@ -282,6 +282,23 @@ def test_generate_with_and_without_cache(generate_kwargs, batch):
     assert cached.shape[1] == 11
 
 
+def test_static_cache_and_continuing_from_a_cache_match_dynamic_decoding(batch):
+    model = tiny_model()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    dynamic = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8)
+    static = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, cache_implementation="static")
+    assert torch.equal(static, dynamic)
+    first = model.generate(**inputs, max_new_tokens=4, min_new_tokens=4, return_dict_in_generate=True)
+    continued = model.generate(
+        **inputs,
+        decoder_input_ids=first.sequences,
+        past_key_values=first.past_key_values,
+        max_new_tokens=4,
+        min_new_tokens=4,
+    )
+    assert torch.equal(continued, dynamic)
+
+
 def test_cross_attention_keys_and_values_are_computed_once(batch):
     model = tiny_model()
     calls = []

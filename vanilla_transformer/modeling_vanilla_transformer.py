@@ -512,11 +512,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if not isinstance(past_length, int) or is_torchdynamo_compiling():
-            past_length_for_check = "past_length + target_length"
-        else:
-            past_length_for_check = past_length + seq_length
-        check_shape(attention_mask, (batch_size, past_length_for_check), "decoder_attention_mask", allow_4d=True)
+        mask_length = past_length + seq_length if isinstance(past_length, int) else "past_length + target_length"
+        check_shape(attention_mask, (batch_size, mask_length), "decoder_attention_mask", allow_4d=True)
         if encoder_hidden_states is not None:
             check_shape(
                 encoder_attention_mask,
@@ -524,9 +521,6 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
                 "attention_mask (the encoder's padding mask)",
                 allow_4d=True,
             )
-        if attention_mask is None and not is_torchdynamo_compiling():
-            attention_mask = torch.ones(batch_size, past_length + seq_length, device=inputs_embeds.device)
-
         self_attention_cache = (
             past_key_values.self_attention_cache
             if isinstance(past_key_values, EncoderDecoderCache)
