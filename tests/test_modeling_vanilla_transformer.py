@@ -586,17 +586,13 @@ def test_wrong_shapes_name_the_expected_shape(model):
         model(inputs_embeds=torch.zeros(1, 3, 16), decoder_input_ids=target)
 
 
-def test_usage_example_from_the_readme_runs_as_written():
+def test_usage_example_from_the_readme_runs_as_written(tmp_path, monkeypatch):
     readme = (ROOT / "README.md").read_text()
     example = readme.split("<!-- usage-example -->")[1].split("```python")[1].split("```")[0]
     namespace = {"input_ids": torch.randint(4, 1000, (2, 6)), "mask": torch.ones(2, 6, dtype=torch.long)}
-    cwd = os.getcwd()
-    try:
-        os.chdir(Path(__import__("tempfile").mkdtemp()))
-        exec(compile(example, "README.md", "exec"), namespace)
-        assert os.path.exists("out/model.safetensors")
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)  # the example saves to ./out
+    exec(compile(example, "README.md", "exec"), namespace)
+    assert (tmp_path / "out" / "model.safetensors").exists()
     assert namespace["out"].shape[0] == 2
 
 

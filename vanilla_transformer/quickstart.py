@@ -24,15 +24,16 @@ def run(output_dir: str, vocab_size: int = 37000) -> None:
     mask = torch.ones_like(input_ids)
     mask[1, 8:] = 0
     inputs = {"input_ids": input_ids, "attention_mask": mask}
+    decoding = {"num_beams": 4, "max_new_tokens": 8}
     start = time.perf_counter()
-    generated = model.generate(**inputs, num_beams=4, max_new_tokens=8).tolist()
+    generated = model.generate(**inputs, **decoding).tolist()
     print(f"beam-4 generation by the untrained model in {time.perf_counter() - start:.2f}s: {generated}")
 
     output = Path(output_dir)
     model.save_pretrained(output)
     print(f"saved {sorted(p.name for p in output.iterdir())} to {output}")
 
-    remote = generate_without_package(output, inputs, num_beams=4, max_new_tokens=8)
+    remote = generate_without_package(output, inputs, **decoding)
     if remote != generated:
         raise RuntimeError(f"the folder reloaded as remote code generated {remote}, not {generated}")
     print("reloaded with trust_remote_code=True in a process without vanilla_transformer: identical output")
