@@ -1,0 +1,75 @@
+"""Checkpoint averaging (§6.1: "For the base models, we used a single model obtained by averaging the last 5
+checkpoints ... For the big models, we averaged the last 20 checkpoints")."""
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The `checkpoint-<step>` folders of a Trainer run, oldest first (by step, not by name)."""
+    folders = [p for p in Path(run_dir).iterdir() if p.is_dir() and CHECKPOINT_PATTERN.match(p.name)]
+    return sorted(folders, key=lambda p: int(CHECKPOINT_PATTERN.match(p.name).group(1)))
+
+
+def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the `model.safetensors` weights of `folders` (float32 accumulation)."""
+    if not folders:
+        raise ValueError("no checkpoints to average.")
+    total: dict[str, torch.Tensor] = {}
+    for folder in folders:
+        path = folder / "model.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing; every averaged checkpoint needs its model.safetensors.")
+        state = load_file(path)
+        if total and state.keys() != total.keys():
+            raise ValueError(f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only.")
+        for name, tensor in state.items():
+            total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
+    reference = load_file(folders[-1] / "model.safetensors")
+    return {name: (tensor / len(folders)).to(reference[name].dtype) for name, tensor in total.items()}
+
+
+def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) -> list[Path]:
+    """Average the last `last` checkpoints of `run_dir` into a loadable model folder at `output_dir` (config,
+    generation config and tokenizer from the newest checkpoint). The folder is written next to its destination
+    and moved into place only when complete. Returns the averaged checkpoint folders."""
+    checkpoints = list_checkpoints(run_dir)
+    if last < 1:
+        raise ValueError(f"last={last}: average at least one checkpoint.")
+    if len(checkpoints) < last:
+        raise ValueError(
+            f"{run_dir} has {len(checkpoints)} checkpoints ({[p.name for p in checkpoints]}), fewer than the "
+            f"{last} asked for; lower --last or train longer."
+        )
+    chosen = checkpoints[-last:]
+    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1])
+    # tied matrices are stored once (`model.shared.weight`); their aliases are the only keys allowed to be missing
+    result = model.load_state_dict(average_state_dicts(chosen), strict=False)
+    untied = set(result.missing_keys) - set(model.all_tied_weights_keys)
+    if untied or result.unexpected_keys:
+        raise ValueError(
+            f"averaged weights do not fit the model: missing {untied}, unexpected {result.unexpected_keys}"
+        )
+    model.tie_weights()
+
+    output = Path(output_dir)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
+    try:
+        model.save_pretrained(staging)
+        if (chosen[-1] / "tokenizer.json").is_file():
+            AutoTokenizer.from_pretrained(chosen[-1]).save_pretrained(staging)
+        if output.exists():
+            shutil.rmtree(output)
+        staging.rename(output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return chosen

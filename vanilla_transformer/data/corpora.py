@@ -1,0 +1,129 @@
+"""Parallel corpora as `datasets.Dataset`s with one `translation` column (`{"en": ..., "de": ...}`), the layout of
+transformers' translation examples and of `wmt14` on the Hub.
+
+Three sources: line-aligned text files `{split}.{lang}` (the layout of Multi30k), any `datasets` dataset by name,
+and the built-in English→German grammar corpus (`grammar.py`), the offline default.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datasets import Dataset, load_dataset
+
+from .grammar import grammar_pairs
+
+BUILTIN = "builtin"
+# The built-in corpus: one draw of distinct pairs, cut into fixed splits so that held-out pairs never occur in train.
+BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800)}
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file without their line ends; a byte that is not UTF-8 raises an error naming the
+    file and the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
+    lines = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{path}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
+                    f"e.g. `iconv -f latin1 -t utf-8 {path.name}`."
+                ) from None
+    return lines
+
+
+def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_lang: str) -> Dataset:
+    """`{data_dir}/{split}.{source_lang}` and `{split}.{target_lang}`, line N of one translating line N of the other."""
+    source_path = Path(data_dir) / f"{split}.{source_lang}"
+    target_path = Path(data_dir) / f"{split}.{target_lang}"
+    sources, targets = read_lines(source_path), read_lines(target_path)
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}; the two sides of a "
+            f"parallel corpus must be line-aligned."
+        )
+    pairs = [{source_lang: s, target_lang: t} for s, t in zip(sources, targets, strict=True)]
+    return Dataset.from_dict({"translation": pairs})
+
+
+def load_builtin(split: str, seed: int = 0) -> Dataset:
+    """A split of the built-in English→German grammar corpus: `train` (6000 pairs), `valid` (300), `test` (500)."""
+    if split not in BUILTIN_SPLITS:
+        raise ValueError(f"the built-in corpus has splits {sorted(BUILTIN_SPLITS)}, not {split!r}.")
+    start, stop = BUILTIN_SPLITS[split]
+    pairs = grammar_pairs(max(stop for _, stop in BUILTIN_SPLITS.values()), seed=seed)[start:stop]
+    return Dataset.from_dict({"translation": [{"en": en, "de": de} for en, de in pairs]})
+
+
+def load_corpus(
+    source: str,
+    split: str,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    dataset_config: str | None = None,
+    translation_column: str = "translation",
+) -> Dataset:
+    """One split of a parallel corpus from `"builtin"`, a folder of `{split}.{lang}` files, or a `datasets` name
+    (e.g. `"wmt14"` with `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages)."""
+    if source == BUILTIN:
+        if (source_lang, target_lang) != ("en", "de"):
+            raise ValueError(f"the built-in corpus is en→de, not {source_lang}→{target_lang}.")
+        return load_builtin(split)
+    if Path(source).is_dir():
+        return load_text_files(source, split, source_lang, target_lang)
+    dataset = load_dataset(source, dataset_config, split=split)
+    if translation_column in dataset.column_names:
+        return dataset.select_columns([translation_column]).rename_column(translation_column, "translation")
+    if {source_lang, target_lang} <= set(dataset.column_names):
+        return dataset.map(
+            lambda row: {"translation": {source_lang: row[source_lang], target_lang: row[target_lang]}},
+            remove_columns=dataset.column_names,
+        )
+    raise ValueError(
+        f"{source} has columns {dataset.column_names}: neither a {translation_column!r} column nor one column per "
+        f"language ({source_lang!r}, {target_lang!r}); pass --translation-column."
+    )
+
+
+@dataclass
+class FilterReport:
+    """What `tokenize_pairs` dropped, so that no pair disappears silently."""
+
+    kept: int = 0
+    empty: list[int] = field(default_factory=list)
+    too_long: list[int] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        def first(rows: list[int]) -> str:
+            return f" (rows {rows[:5]}{'...' if len(rows) > 5 else ''})" if rows else ""
+
+        return (
+            f"kept {self.kept} pairs; dropped {len(self.empty)} with an empty side{first(self.empty)} and "
+            f"{len(self.too_long)} over the length limit{first(self.too_long)}"
+        )
+
+
+def tokenize_pairs(
+    dataset: Dataset, tokenizer, source_lang: str, target_lang: str, max_length: int
+) -> tuple[Dataset, FilterReport]:
+    """Tokenize both sides (`input_ids`, `attention_mask`, `labels`) and drop pairs with an empty side or with more
+    than `max_length` tokens on a side, counting each kind in the returned report."""
+    sources = [pair[source_lang] for pair in dataset["translation"]]
+    targets = [pair[target_lang] for pair in dataset["translation"]]
+    encoded = tokenizer(sources, text_target=targets)
+    report = FilterReport()
+    keep = []
+    for row, (source, target) in enumerate(zip(sources, targets, strict=True)):
+        if not source.strip() or not target.strip():
+            report.empty.append(row)
+        elif len(encoded["input_ids"][row]) > max_length or len(encoded["labels"][row]) > max_length:
+            report.too_long.append(row)
+        else:
+            keep.append(row)
+    report.kept = len(keep)
+    columns = {name: [encoded[name][row] for row in keep] for name in ("input_ids", "attention_mask", "labels")}
+    return Dataset.from_dict(columns), report

@@ -1,0 +1,159 @@
+"""The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
+paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from .checkpoints import average_checkpoints
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .data.batching import TokenBudgetBatchSampler, accumulation_steps
+from .data.corpora import load_corpus, tokenize_pairs
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .recipe import TrainingPreset, VanillaTransformerTrainer, label_smoothed_loss, peak_learning_rate
+from .tokenization import save_tokenizer, train_joint_bpe
+
+
+@dataclass
+class TrainingRun:
+    """Where a run left its outputs."""
+
+    output_dir: Path
+    final_dir: Path
+    log_history: list[dict]
+    train_seconds: float
+
+
+def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, target_lang: str, output_dir: Path):
+    """Reuse `output_dir/tokenizer` (so a resumed run keeps its vocabulary) or train the joint BPE on both sides."""
+    folder = output_dir / "tokenizer"
+    if (folder / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(folder)
+    pairs = train_corpus["translation"]
+    texts = [pair[source_lang] for pair in pairs] + [pair[target_lang] for pair in pairs]
+    tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size)
+    save_tokenizer(tokenizer, folder)
+    return tokenizer
+
+
+def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
+    """The preset's architecture with the tokenizer's vocabulary size and special-token ids."""
+    overrides = dict(preset.model_overrides)
+    if preset.dropout is not None:
+        overrides["dropout"] = preset.dropout
+    config = VanillaTransformerConfig.from_preset(
+        preset.model_preset,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        max_position_embeddings=max(preset.max_length + 64, 256),
+        **overrides,
+    )
+    return VanillaTransformerForConditionalGeneration(config)
+
+
+def train(
+    preset: TrainingPreset,
+    output_dir: str | Path,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    seed: int = 0,
+    resume: bool = True,
+    eval_beams: int = 1,
+    eval_samples: int | None = None,
+    report_to: str = "tensorboard",
+    log_steps: int = 50,
+    progress: bool = True,
+    threads: int | None = None,
+) -> TrainingRun:
+    """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
+    its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
+
+    Validation during training decodes with `eval_beams` beams (greedy by default: the paper's beam 4 is for the
+    final model), on the first `eval_samples` valid pairs if given.
+    """
+    from .evaluation import compute_metrics_for_trainer
+
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+
+    train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang)
+    valid_corpus = load_corpus(preset.corpus, "valid", source_lang, target_lang)
+    if eval_samples:
+        valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
+    tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)
+    train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+    valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+    print(f"train: {train_report}\nvalid: {valid_report}")
+
+    model = build_model(preset, tokenizer)
+    parameters = sum(p.numel() for p in model.parameters())
+    tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
+    sampler = TokenBudgetBatchSampler(
+        [len(x) for x in train_set["input_ids"]], [len(x) for x in train_set["labels"]], preset.max_tokens, seed=seed
+    )
+    accumulation = accumulation_steps(preset.tokens_per_update, sampler.tokens_per_batch())
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output),
+        report_to=[report_to] if report_to != "none" else [],
+        max_steps=preset.max_steps,
+        per_device_eval_batch_size=128,
+        gradient_accumulation_steps=accumulation,
+        learning_rate=peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor),
+        optim="adamw_torch",  # with weight_decay=0, AdamW is the paper's Adam
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-9,
+        weight_decay=0.0,
+        max_grad_norm=0.0,  # the paper clips nothing
+        logging_steps=log_steps,
+        eval_strategy="steps",
+        eval_steps=preset.eval_steps,
+        save_strategy="steps",
+        save_steps=preset.save_steps,
+        save_total_limit=max(preset.average_last, 1),
+        predict_with_generate=True,
+        generation_num_beams=eval_beams,
+        generation_max_length=preset.max_length + 50,
+        seed=seed,
+        disable_tqdm=not progress,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = VanillaTransformerTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_set,
+        eval_dataset=valid_set,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics_for_trainer(tokenizer),
+        compute_loss_func=label_smoothed_loss(preset.label_smoothing),
+        max_tokens=preset.max_tokens,
+        warmup_steps=preset.warmup_steps,
+        batching_seed=seed,
+    )
+    print(
+        f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {len(sampler)} batches of "
+        f"≤{preset.max_tokens} padded tokens ({sampler.tokens_per_batch():.0f} real on average, padding "
+        f"{sampler.padding_share():.1%}); {accumulation} batch(es) per update; peak learning rate "
+        f"{args.learning_rate:.2e} at step {preset.warmup_steps}"
+    )
+
+    checkpoint = get_last_checkpoint(str(output)) if resume else None
+    if checkpoint:
+        print(f"resuming from {checkpoint}")
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    final = output / "final"
+    averaged = average_checkpoints(output, final, preset.average_last)
+    print(f"averaged {[p.name for p in averaged]} into {final}")
+    (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
+    return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))
