@@ -7,6 +7,8 @@ feed-forward (§3.3), embeddings scaled by √d_model and shared three ways (§3
 This file is shipped to the Hub as remote code: it imports only torch, transformers and its configuration file.
 """
 
+import copy
+import functools
 import math
 from collections.abc import Callable
 
@@ -16,7 +18,29 @@ from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
+from transformers.generation import (
+    EosTokenCriteria,
+    GenerateBeamEncoderDecoderOutput,
+    GenerationConfig,
+    GenerationMixin,
+    LogitsProcessorList,
+    MaxLengthCriteria,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+from transformers.generation.logits_process import (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
+    LogitNormalization,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -640,6 +664,82 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
+# §6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6 [Wu et al. 2016] ... We set the maximum
+# output length during inference to input length + 50, but terminate early when possible." A generation config gets
+# each of these where it has no value of its own: a fresh model, or a folder whose generation_config.json lacks them.
+PAPER_GENERATION_DEFAULTS = {
+    "num_beams": 4,
+    "length_penalty": 0.6,
+    "early_stopping": True,
+    "length_penalty_form": "gnmt",
+    "max_new_tokens_over_input": 50,
+}
+# entries `GenerationConfig` does not define; for them `None` is a setting (no per-sentence limit), not "unset"
+CUSTOM_GENERATION_ATTRIBUTES = ("length_penalty_form", "max_new_tokens_over_input")
+LENGTH_PENALTY_FORMS = ("gnmt", "hf")
+
+# Logits processors the paper's beam search applies, at the same point as transformers' beam search does. Each keeps
+# every log-probability <= 0, so the summed log-probability of a hypothesis never rises as it grows (which makes the
+# early stop exact), and each reads only the tokens of a hypothesis, never its row in the batch (rows move as
+# finished sentences leave the batch). Any other processor is refused rather than silently dropped.
+PAPER_BEAM_SEARCH_LOGITS_PROCESSORS = (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
+    LogitNormalization,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+
+
+def gnmt_length_penalty(length: int | float | torch.Tensor, alpha: float) -> float | torch.Tensor:
+    """The length penalty of Wu et al. 2016 (GNMT) that §6.1 uses with α = 0.6: lp(Y) = ((5 + |Y|) / 6)^α.
+
+    A finished hypothesis Y scores log P(Y|X) / lp(Y). transformers' `length_penalty` divides by |Y|^α instead, a
+    different formula. Here |Y| counts the generated tokens, the closing EOS included and the decoder start token
+    not, as tensor2tensor (the paper's code) and transformers count.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def apply_paper_generation_defaults(generation_config: GenerationConfig) -> GenerationConfig:
+    """Give `generation_config`, in place, the decoding of §6.1 wherever it has no setting of its own."""
+    changed = False
+    for name, value in PAPER_GENERATION_DEFAULTS.items():
+        if name in CUSTOM_GENERATION_ATTRIBUTES:
+            unset = not hasattr(generation_config, name)
+        else:
+            unset = getattr(generation_config, name, None) is None
+        if unset:
+            setattr(generation_config, name, value)
+            changed = True
+    if changed:
+        # a config flagged as derived from config.json drops unknown entries when it is loaded back
+        generation_config._from_model_config = False
+    return generation_config
+
+
+class MaxLengthPerSentenceCriteria(StoppingCriteria):
+    """Ends each sentence at its own maximum length (§6.1: input length + 50) in transformers' decoding loops.
+
+    `max_lengths` holds one total length (decoder prompt included) per sentence; the rows the loop passes (beams,
+    candidates or returned sequences) are grouped by sentence, as `generate` lays them out.
+    """
+
+    def __init__(self, max_lengths: torch.Tensor):
+        self.max_lengths = max_lengths
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None, **kwargs) -> torch.BoolTensor:
+        rows_per_sentence = input_ids.shape[0] // self.max_lengths.shape[0]
+        max_lengths = self.max_lengths.to(input_ids.device).repeat_interleave(rows_per_sentence)
+        return input_ids.shape[-1] >= max_lengths
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: encoder-decoder plus the pre-softmax linear projection tied to the embeddings
     (§3.4), trained with cross-entropy on the next target token."""
@@ -654,6 +754,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         # §3.4: logits = h·Eᵀ, with no bias (unlike Marian's `final_logits_bias`)
         self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
         self.post_init()
+        if getattr(self, "generation_config", None) is not None:
+            apply_paper_generation_defaults(self.generation_config)  # §6.1 decoding unless told otherwise
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -745,6 +847,328 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def adjust_generation_fn(self, *args, **kwargs) -> None:
+        """Load the generation config as transformers does, then fill in the paper's decoding (§6.1) where the
+        loaded config says nothing (a checkpoint without generation_config.json, or one saved before it existed)."""
+        super().adjust_generation_fn(*args, **kwargs)
+        apply_paper_generation_defaults(self.generation_config)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        **kwargs,
+    ) -> GenerateBeamEncoderDecoderOutput | torch.LongTensor:
+        r"""
+        [`~GenerationMixin.generate`] with the paper's decoding (§6.1) as the default: beam size 4, the length
+        penalty lp(Y) = ((5 + |Y|) / 6)^α of Wu et al. 2016 with α = 0.6, a maximum output length of input length
+        + 50 for each sentence, and early stopping when no running hypothesis can still win.
+
+        Two generation-config entries beside transformers' own select it; like any generation option they are set
+        in `generation_config.json`, in a `GenerationConfig`, or as keyword arguments of this call:
+
+            length_penalty_form (`str`, the model's default `"gnmt"`): with `num_beams > 1`, `"gnmt"` runs
+                [`~VanillaTransformerForConditionalGeneration._paper_beam_search`], which divides by
+                ((5 + |Y|) / 6)^α; `"hf"` runs transformers' beam search, which divides by |Y|^α. `num_beams=1`
+                (greedy or sampling) always runs transformers' loops.
+            max_new_tokens_over_input (`int` or `None`, the model's default 50): every sentence may generate at
+                most (its number of non-padding source tokens, special tokens included) + this many tokens, in
+                every decoding mode. An explicit `max_new_tokens` or `max_length` caps it further; `None` leaves
+                only those (transformers' default is 20 new tokens).
+
+        `generation_config.length_penalty` is α in either form. The paper's beam search supports
+        `num_return_sequences <= num_beams`, `return_dict_in_generate=True` (with `sequences_scores`: the summed
+        log-probability over lp(|Y|) of each returned hypothesis), `use_cache`, padded batches, a decoder prompt
+        (`decoder_input_ids`), and the logits processors in `PAPER_BEAM_SEARCH_LOGITS_PROCESSORS` (min length,
+        no-repeat n-grams, bad words, suppressed or forced tokens, repetition penalty). It raises a `ValueError`
+        naming any other option it would ignore.
+        """
+        length_penalty_form = kwargs.pop("length_penalty_form", None)
+        over_input = kwargs.pop("max_new_tokens_over_input", "unset")
+        if kwargs.get("custom_generate") is not None:  # the caller brings its own decoding loop
+            return super().generate(inputs, generation_config, **kwargs)
+
+        # the generation config `generate` will use: the call's kwargs over `generation_config` over the model's
+        resolved, _ = self._prepare_generation_config(generation_config, **kwargs)
+        if length_penalty_form is None:
+            length_penalty_form = getattr(resolved, "length_penalty_form", None) or "hf"
+        if length_penalty_form not in LENGTH_PENALTY_FORMS:
+            raise ValueError(
+                f"length_penalty_form={length_penalty_form!r} is unknown; use 'gnmt' for the paper's ((5 + |Y|) / 6)^α "
+                f"(§6.1, Wu et al. 2016) or 'hf' for transformers' |Y|^α."
+            )
+        if over_input == "unset":
+            over_input = getattr(resolved, "max_new_tokens_over_input", None)
+        if over_input is not None and (
+            isinstance(over_input, bool) or not isinstance(over_input, int) or over_input < 0
+        ):
+            raise ValueError(
+                f"max_new_tokens_over_input={over_input!r} must be an integer >= 0 (the paper: 50), or None for no "
+                f"per-sentence limit."
+            )
+        paper_beam_search = length_penalty_form == "gnmt" and (resolved.num_beams or 1) > 1
+        if paper_beam_search:
+            self._check_paper_beam_search_options(resolved, kwargs)
+
+        max_new_tokens_per_row = None
+        source_lengths = self._source_lengths(inputs, kwargs) if over_input is not None else None
+        if source_lengths is not None:
+            max_new_tokens_per_row = source_lengths + over_input
+            decoder_input_ids = kwargs.get("decoder_input_ids")
+            prompt_length = decoder_input_ids.shape[-1] if decoder_input_ids is not None else 1
+            if self.config.position_encoding == "learned":  # learned positions end at the table; sinusoids extend
+                max_new_tokens_per_row = max_new_tokens_per_row.clamp(
+                    max=self.config.max_position_embeddings - prompt_length
+                )
+            max_new_tokens_per_row = max_new_tokens_per_row.clamp(min=1)
+            explicit_length = any(
+                kwargs.get(name) is not None
+                or getattr(generation_config, name, None) is not None
+                or getattr(self.generation_config, name, None) is not None
+                for name in ("max_new_tokens", "max_length")
+            )
+            if not explicit_length:  # else transformers' default (20 new tokens) would cut the longer sentences
+                longest = int(max_new_tokens_per_row.max())
+                if generation_config is None:
+                    kwargs["max_new_tokens"] = longest
+                else:
+                    generation_config = copy.deepcopy(generation_config)
+                    generation_config.max_new_tokens = longest
+            if not paper_beam_search:
+                criteria = MaxLengthPerSentenceCriteria(prompt_length + max_new_tokens_per_row)
+                kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), criteria])
+
+        if paper_beam_search:
+            # transformers prepares the inputs (encoder output, beams, cache, logits processors), then calls it
+            kwargs["custom_generate"] = functools.partial(
+                type(self)._paper_beam_search, max_new_tokens_per_row=max_new_tokens_per_row
+            )
+        return super().generate(inputs, generation_config, **kwargs)
+
+    def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
+        """The number of non-padding source tokens of each sentence, from whatever `generate` was given."""
+        attention_mask = kwargs.get("attention_mask")
+        if attention_mask is not None and attention_mask.dim() == 2:
+            return attention_mask.long().sum(-1)
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if input_ids is not None and input_ids.dim() == 2 and not input_ids.is_floating_point():
+            if self.config.pad_token_id is None:
+                return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
+            return (input_ids != self.config.pad_token_id).long().sum(-1)
+        hidden_states = kwargs.get("inputs_embeds")
+        if hidden_states is None and kwargs.get("encoder_outputs") is not None:
+            hidden_states = kwargs["encoder_outputs"][0]
+        if hidden_states is not None:
+            return torch.full(hidden_states.shape[:1], hidden_states.shape[1], device=hidden_states.device)
+        return None
+
+    def _check_paper_beam_search_options(self, generation_config: GenerationConfig, kwargs: dict) -> None:
+        """Refuse, by name, every option the paper's beam search would otherwise ignore."""
+        fix = "use length_penalty_form='hf' for transformers' beam search, or num_beams=1"
+        num_beams = generation_config.num_beams
+        problems = []
+        if generation_config.do_sample:
+            problems.append("do_sample=True (beam sampling)")
+        if (generation_config.num_return_sequences or 1) > num_beams:
+            problems.append(
+                f"num_return_sequences={generation_config.num_return_sequences} > num_beams={num_beams} (a beam "
+                f"search returns at most num_beams hypotheses; raise num_beams)"
+            )
+        if (getattr(generation_config, "num_beam_groups", None) or 1) > 1 or getattr(
+            generation_config, "diversity_penalty", None
+        ):
+            problems.append("num_beam_groups > 1 or diversity_penalty (diverse beam search)")
+        for name in ("constraints", "force_words_ids", "stop_strings", "max_time"):
+            if getattr(generation_config, name, None):
+                problems.append(f"{name}={getattr(generation_config, name)!r}")
+        for name in ("output_scores", "output_logits", "output_attentions", "output_hidden_states", "low_memory"):
+            if getattr(generation_config, name, None):
+                problems.append(
+                    f"{name}=True (the paper's beam search records no per-step outputs; with "
+                    f"return_dict_in_generate=True it always returns sequences_scores)"
+                    if name == "output_scores"
+                    else f"{name}=True"
+                )
+        for name in (
+            "assistant_model",
+            "streamer",
+            "prefix_allowed_tokens_fn",
+            "negative_prompt_ids",
+            "past_key_values",
+        ):
+            if kwargs.get(name) is not None:
+                problems.append(
+                    f"{name}=... (continuing a beam search from a cache)"
+                    if name == "past_key_values"
+                    else f"{name}=..."
+                )
+        if kwargs.get("synced_gpus"):
+            problems.append("synced_gpus=True")
+        decoder_attention_mask = kwargs.get("decoder_attention_mask")
+        if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
+            problems.append("a decoder_attention_mask with padding (pass equally long decoder prompts)")
+        if problems:
+            raise ValueError(
+                f"The paper's beam search (length_penalty_form='gnmt', §6.1) does not support {'; '.join(problems)}. "
+                f"To get them, {fix}."
+            )
+
+    def _paper_beam_search(
+        self,
+        input_ids: torch.LongTensor,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        generation_config: GenerationConfig,
+        max_new_tokens_per_row: torch.Tensor | None = None,
+        **model_kwargs,
+    ) -> GenerateBeamEncoderDecoderOutput | torch.LongTensor:
+        r"""
+        The beam search of §6.1, run by `generate` on the inputs it prepared (`num_beams` copies of each sentence).
+
+        The hypothesis bookkeeping is transformers' (and fairseq's) beam search: at each step the best
+        2 × num_beams continuations of all running hypotheses are taken by summed log-probability (log-softmax in
+        float32, then the logits processors); those among the best num_beams that end with EOS, or reach their
+        sentence's maximum length, join the sentence's num_beams finished hypotheses if they score better, and the
+        best num_beams that did not end run on. Only the score of a finished hypothesis differs: its summed
+        log-probability divided by the GNMT penalty lp(|Y|) = ((5 + |Y|) / 6)^α of Wu et al. 2016, with |Y| the
+        generated tokens, EOS included (`gnmt_length_penalty`).
+
+        Each sentence stops at its own maximum length (`max_new_tokens_per_row`, within `generation_config.max_length`)
+        or, with `early_stopping=True`, as soon as it holds num_beams finished hypotheses and no running one can
+        beat the worst of them: log-probabilities are <= 0 and lp grows with |Y|, so a running hypothesis with summed
+        log-probability s can at best finish with s / lp(maximum length). The stop is therefore exact: it returns
+        what decoding every sentence to its maximum length (`early_stopping=False`) returns, sooner. Finished
+        sentences leave the batch and the cache.
+
+        Returns the best `num_return_sequences` finished hypotheses of each sentence, decoder start token first and
+        padding after EOS, or with `return_dict_in_generate=True` a `GenerateBeamEncoderDecoderOutput` that adds
+        their scores as `sequences_scores` and the decoder cache of the last step.
+        """
+        for processor in logits_processor:
+            if type(processor) not in PAPER_BEAM_SEARCH_LOGITS_PROCESSORS:
+                raise ValueError(
+                    f"The paper's beam search (length_penalty_form='gnmt', §6.1) does not apply "
+                    f"{type(processor).__name__}; it applies only "
+                    f"{[kind.__name__ for kind in PAPER_BEAM_SEARCH_LOGITS_PROCESSORS]}. "
+                    f"Use length_penalty_form='hf' for transformers' beam search, or num_beams=1."
+                )
+        for criterion in stopping_criteria:  # EOS and the maximum length are handled below
+            if type(criterion) not in (MaxLengthCriteria, EosTokenCriteria):
+                raise ValueError(
+                    f"The paper's beam search (length_penalty_form='gnmt', §6.1) does not apply the stopping "
+                    f"criterion {type(criterion).__name__}; use length_penalty_form='hf' for transformers' beam "
+                    f"search, or num_beams=1."
+                )
+
+        num_beams = generation_config.num_beams
+        num_return_sequences = generation_config.num_return_sequences or 1
+        alpha = generation_config.length_penalty
+        early_stopping = generation_config.early_stopping is True
+        eos_token_id = generation_config._eos_token_tensor
+        pad_token_id = generation_config._pad_token_tensor
+        fill_value = pad_token_id if pad_token_id is not None else (eos_token_id[0] if eos_token_id is not None else 0)
+        device = input_ids.device
+        batch_size = input_ids.shape[0] // num_beams
+        prompt_length = input_ids.shape[1]
+        num_candidates = max(2, 1 + (eos_token_id.numel() if eos_token_id is not None else 0)) * num_beams
+        beams = torch.arange(num_beams, device=device)
+
+        # per sentence: the total length (decoder prompt included) at which every hypothesis ends
+        max_lengths = torch.full((batch_size,), generation_config.max_length, device=device)
+        if max_new_tokens_per_row is not None:
+            max_lengths = torch.minimum(max_lengths, prompt_length + max_new_tokens_per_row.to(device))
+        max_lengths = max_lengths.clamp(min=prompt_length + 1)
+        longest = int(max_lengths.max())
+        max_penalty = gnmt_length_penalty((max_lengths - prompt_length).float(), alpha)
+
+        # (batch_size, num_beams, longest): running hypotheses (first step: beam 0 only), then the finished ones
+        sequences = torch.full((batch_size, num_beams, longest), int(fill_value), dtype=torch.long, device=device)
+        sequences[:, :, :prompt_length] = input_ids.view(batch_size, num_beams, prompt_length)
+        running_scores = torch.zeros((batch_size, num_beams), device=device)
+        running_scores[:, 1:] = -math.inf
+        finished = sequences.clone()
+        finished_scores = torch.full((batch_size, num_beams), -math.inf, device=device)
+        finished_lengths = torch.full((batch_size, num_beams), prompt_length, device=device)
+
+        use_cache = model_kwargs.get("use_cache", True) and model_kwargs.get("past_key_values") is not None
+        cache = model_kwargs.get("past_key_values") if use_cache else None
+        encoder_hidden_states = model_kwargs["encoder_outputs"][0]  # (batch_size * num_beams, source_length, d_model)
+        encoder_attention_mask = model_kwargs.get("attention_mask")
+        active = torch.arange(batch_size, device=device)  # sentences still searched, in the cache's row order
+        cur_len = prompt_length
+        while True:
+            num_active = active.shape[0]
+            running = sequences[active]
+            past_length = cache.get_seq_length() if cache is not None else 0
+            outputs = self(
+                encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+                attention_mask=encoder_attention_mask,
+                decoder_input_ids=running[:, :, past_length:cur_len].reshape(num_active * num_beams, -1),
+                past_key_values=cache,
+                use_cache=use_cache,
+            )
+            log_probs = F.log_softmax(outputs.logits[:, -1, :].float(), dim=-1)
+            log_probs = logits_processor(running[:, :, :cur_len].reshape(num_active * num_beams, cur_len), log_probs)
+            del outputs
+            vocab_size = log_probs.shape[-1]
+            log_probs = log_probs.view(num_active, num_beams, vocab_size) + running_scores[active][:, :, None]
+            top_scores, top_indices = log_probs.view(num_active, -1).topk(num_candidates, dim=1)
+            source_beams = top_indices // vocab_size
+            candidates = running.gather(1, source_beams[:, :, None].expand(-1, -1, longest))
+            candidates[:, :, cur_len] = top_indices % vocab_size
+            cur_len += 1
+
+            # candidates that end: with EOS, or at their sentence's maximum length; only the best num_beams may finish
+            ends = (cur_len >= max_lengths[active])[:, None].expand(-1, num_candidates)
+            if eos_token_id is not None:
+                ends = ends | torch.isin(candidates[:, :, cur_len - 1], eos_token_id)
+            may_finish = ends & (torch.arange(num_candidates, device=device) < num_beams)
+            new_scores = top_scores / gnmt_length_penalty(cur_len - prompt_length, alpha)
+            new_scores = new_scores.masked_fill(~may_finish, -math.inf)
+            merged_scores, keep = torch.cat((finished_scores[active], new_scores), dim=1).topk(num_beams, dim=1)
+            finished_scores[active] = merged_scores
+            merged = torch.cat((finished[active], candidates), dim=1)
+            finished[active] = merged.gather(1, keep[:, :, None].expand(-1, -1, longest))
+            merged_lengths = torch.cat(
+                (finished_lengths[active], torch.full_like(new_scores, cur_len, dtype=finished_lengths.dtype)), dim=1
+            )
+            finished_lengths[active] = merged_lengths.gather(1, keep)
+
+            # the best num_beams candidates that did not end run on
+            next_scores, next_indices = top_scores.masked_fill(ends, -math.inf).topk(num_beams, dim=1)
+            sequences[active] = candidates.gather(1, next_indices[:, :, None].expand(-1, -1, longest))
+            running_scores[active] = next_scores
+            next_source_beams = source_beams.gather(1, next_indices)
+
+            # a sentence is done at its maximum length, with no running hypothesis left, or when none can still win
+            done = (cur_len >= max_lengths[active]) | (next_scores[:, 0] == -math.inf)
+            if early_stopping:
+                # lp at the longest remaining length bounds every future score (lp at the next length if α < 0)
+                penalty = max_penalty[active].clamp(min=gnmt_length_penalty(cur_len + 1 - prompt_length, alpha))
+                done |= next_scores[:, 0] / penalty <= finished_scores[active][:, -1]
+            if bool(done.all()):
+                break
+            keep_rows = (~done).nonzero().squeeze(-1)
+            if cache is not None:  # the beams that run on, of the sentences that run on
+                cache.reorder_cache((keep_rows[:, None] * num_beams + next_source_beams[keep_rows]).view(-1))
+            if keep_rows.shape[0] < num_active:
+                active = active[keep_rows]
+                rows = (keep_rows[:, None] * num_beams + beams).view(-1)
+                encoder_hidden_states = encoder_hidden_states[rows]
+                if encoder_attention_mask is not None:
+                    encoder_attention_mask = encoder_attention_mask[rows]
+
+        lengths = finished_lengths[:, :num_return_sequences]
+        output = finished[:, :num_return_sequences, : int(lengths.max())].reshape(batch_size * num_return_sequences, -1)
+        if not generation_config.return_dict_in_generate:
+            return output
+        return GenerateBeamEncoderDecoderOutput(
+            sequences=output,
+            sequences_scores=finished_scores[:, :num_return_sequences].reshape(-1),
+            past_key_values=cache,
+        )
 
 
 __all__ = [

@@ -31,6 +31,8 @@ class TrainingPreset:
     label_smoothing: float = 0.1
     dropout: float | None = None
     max_length: int = 256
+    dataset_config: str | None = None
+    valid_split: str = "valid"
     model_overrides: tuple[tuple[str, object], ...] = ()
 
     def as_dict(self) -> dict:
@@ -43,6 +45,8 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     "paper-base": TrainingPreset(
         model_preset="base",
         corpus="wmt14",
+        dataset_config="de-en",
+        valid_split="validation",
         vocab_size=37000,
         max_tokens=8192,
         tokens_per_update=50000,
@@ -55,6 +59,8 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     "paper-big": TrainingPreset(
         model_preset="big",
         corpus="wmt14",
+        dataset_config="de-en",
+        valid_split="validation",
         vocab_size=37000,
         max_tokens=4096,
         tokens_per_update=50000,

@@ -86,8 +86,8 @@ def train(
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
 
-    train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang)
-    valid_corpus = load_corpus(preset.corpus, "valid", source_lang, target_lang)
+    train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+    valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
     if eval_samples:
         valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
     tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)

@@ -66,16 +66,18 @@ def load_corpus(
     target_lang: str = "de",
     dataset_config: str | None = None,
     translation_column: str = "translation",
+    data_files: str | list[str] | dict | None = None,
 ) -> Dataset:
     """One split of a parallel corpus from `"builtin"`, a folder of `{split}.{lang}` files, or a `datasets` name
-    (e.g. `"wmt14"` with `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages)."""
+    (e.g. `"wmt14"` with `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages;
+    or a builder such as `"json"` with `data_files`)."""
     if source == BUILTIN:
         if (source_lang, target_lang) != ("en", "de"):
             raise ValueError(f"the built-in corpus is en→de, not {source_lang}→{target_lang}.")
         return load_builtin(split)
     if Path(source).is_dir():
         return load_text_files(source, split, source_lang, target_lang)
-    dataset = load_dataset(source, dataset_config, split=split)
+    dataset = load_dataset(source, dataset_config, split=split, data_files=data_files)
     if translation_column in dataset.column_names:
         return dataset.select_columns([translation_column]).rename_column(translation_column, "translation")
     if {source_lang, target_lang} <= set(dataset.column_names):

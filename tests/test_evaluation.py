@@ -1,0 +1,267 @@
+"""Tests of `vanilla_transformer.evaluation`, its local `evaluate` metric modules and `scripts/evaluate.py`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import EvalPrediction, PreTrainedTokenizerFast
+
+from vanilla_transformer.data.corpora import read_lines
+from vanilla_transformer.evaluation import compute_metrics_for_trainer, load_metric, moses_tokenize, score_translations
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+
+HYPOTHESES = ["Ein Mann fährt Fahrrad auf der Straße.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
+REFERENCES = [
+    "Ein Mann fährt auf einer Straße Fahrrad.",
+    "Zwei Hunde spielen im Schnee.",
+    "Eine Frau liest eine Zeitung.",
+]
+
+# The examples in the docstrings of the Hub's evaluate-metric/sacrebleu and evaluate-metric/chrf, with their outputs.
+HUB_BLEU_PREDICTIONS = ["hello there general kenobi", "on our way to ankh morpork"]
+HUB_BLEU_REFERENCES = [["hello there general kenobi", "hello there !"], ["goodbye ankh morpork", "ankh morpork"]]
+HUB_CHRF_PREDICTIONS = [
+    "The relationship between cats and dogs is not exactly friendly.",
+    "a good bookshop is just a genteel black hole that knows how to read.",
+]
+HUB_CHRF_REFERENCES = [
+    ["The relationship between dogs and cats is not exactly friendly."],
+    ["A good bookshop is just a genteel Black Hole that knows how to read."],
+]
+
+
+def offline_environment(tmp_path: Path) -> dict[str, str]:
+    """Hub offline, every proxy dead (so any HTTP request fails), and fresh caches: what a machine without network
+    that has never loaded a metric looks like."""
+    environment = {key: value for key, value in os.environ.items() if "proxy" not in key.lower()}
+    dead_proxy = "http://127.0.0.1:9"
+    environment.update(
+        HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), HTTP_PROXY=dead_proxy, HTTPS_PROXY=dead_proxy
+    )
+    return environment
+
+
+def test_identical_hypotheses_score_100():
+    scores = score_translations(REFERENCES, REFERENCES)
+    assert scores["bleu"]["score"] == pytest.approx(100.0)
+    assert scores["chrf"]["score"] == pytest.approx(100.0)
+    assert scores["num_sentences"] == 3
+
+
+def test_bleu_and_chrf_are_sacrebleus():
+    scores = score_translations(HYPOTHESES, REFERENCES)
+    expected_bleu = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES])
+    assert scores["bleu"]["score"] == pytest.approx(expected_bleu.score, abs=1e-12)
+    assert scores["bleu"]["counts"] == expected_bleu.counts == [17, 9, 6, 3]
+    assert scores["bleu"]["totals"] == expected_bleu.totals == [20, 17, 14, 11]
+    assert (scores["bleu"]["sys_len"], scores["bleu"]["ref_len"], scores["bleu"]["bp"]) == (20, 20, 1.0)
+    assert scores["bleu"]["score"] == pytest.approx(47.89, abs=0.005)
+    assert scores["chrf"]["score"] == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score, abs=1e-12)
+    assert scores["chrf"]["score"] == pytest.approx(75.114, abs=0.0005)
+    version = sacrebleu.__version__
+    assert scores["bleu"]["signature"] == f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}"
+    assert scores["chrf"]["signature"] == f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{version}"
+    assert "tokenized_bleu" not in scores
+
+
+def test_local_metric_modules_load_offline_and_match_sacrebleu(tmp_path):
+    program = f"""
+import json
+from vanilla_transformer.evaluation import load_metric
+bleu, chrf = load_metric("sacrebleu"), load_metric("chrf")
+print(json.dumps({{
+    "names": [bleu.name, chrf.name],
+    "bleu": bleu.compute(predictions={HUB_BLEU_PREDICTIONS!r}, references={HUB_BLEU_REFERENCES!r}),
+    "bleu_plain_references": bleu.compute(predictions={HYPOTHESES!r}, references={REFERENCES!r}, tokenize="none"),
+    "chrf": chrf.compute(predictions={HUB_CHRF_PREDICTIONS!r}, references={HUB_CHRF_REFERENCES!r}),
+    "chrf++": chrf.compute(predictions={HUB_CHRF_PREDICTIONS!r}, references={HUB_CHRF_REFERENCES!r}, word_order=2),
+}}))
+"""
+    completed = subprocess.run(
+        [sys.executable, "-c", program], env=offline_environment(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads(completed.stdout)
+    # Loaded through evaluate's own module cache, i.e. by evaluate.load and not by a plain import.
+    assert list((tmp_path / "hf_home/modules/evaluate_modules/metrics").glob("*/*/sacrebleu.py"))
+    assert results["names"] == ["sacrebleu", "chr_f"]
+
+    hub_streams = [list(stream) for stream in zip(*HUB_BLEU_REFERENCES, strict=True)]
+    expected = sacrebleu.corpus_bleu(HUB_BLEU_PREDICTIONS, hub_streams)
+    bleu = results["bleu"]
+    assert (bleu["score"], bleu["counts"], bleu["totals"]) == (expected.score, expected.counts, expected.totals)
+    assert (bleu["bp"], bleu["sys_len"], bleu["ref_len"]) == (expected.bp, expected.sys_len, expected.ref_len)
+    assert bleu["precisions"] == pytest.approx(expected.precisions)
+    assert round(bleu["score"], 1) == 39.8  # the Hub module's documented output
+    assert bleu["signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|")
+
+    plain = results["bleu_plain_references"]
+    assert plain["score"] == sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], tokenize="none").score
+    assert "|tok:none|" in plain["signature"]
+
+    assert results["chrf"]["score"] == pytest.approx(84.64214891738334, abs=1e-9)  # the Hub module's documented output
+    assert (
+        results["chrf"]["score"]
+        == sacrebleu.corpus_chrf(HUB_CHRF_PREDICTIONS, [[r[0] for r in HUB_CHRF_REFERENCES]]).score
+    )
+    assert results["chrf++"]["score"] == pytest.approx(82.87263732906315, abs=1e-9)
+    assert (results["chrf++"]["char_order"], results["chrf++"]["word_order"], results["chrf++"]["beta"]) == (6, 2, 2)
+    assert "|nc:6|nw:2|" in results["chrf++"]["signature"]
+
+
+def test_load_metric_rejects_unknown_names():
+    with pytest.raises(ValueError, match="'bleu'.*sacrebleu, chrf"):
+        load_metric("bleu")
+
+
+@pytest.mark.parametrize(
+    ("raw", "lang", "tokenized"),
+    [
+        # Lowercased, punctuation split off, apostrophes and quotes escaped as Moses does by default.
+        (
+            "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+            "de",
+            "ein mann mit einem orangefarbenen hut , der etwas anstarrt .",
+        ),
+        ('A man\'s "big" hat & coat.', "en", "a man &apos;s &quot; big &quot; hat &amp; coat ."),
+        # Hyphenated words stay whole: no -a (aggressive dash splitting) in task1-tokenize.sh.
+        (
+            "Ein Boston Terrier läuft über saftig-grünes Gras.",
+            "de",
+            "ein boston terrier läuft über saftig-grünes gras .",
+        ),
+        # German normalize-punctuation moves a closing quote before the final period, also at the end of a line.
+        ("Auf dem Schild steht: „Fabrik.“", "de", "auf dem schild steht : &quot; fabrik &quot; ."),
+        # normalize-punctuation.perl maps ’ to " (sacremoses' perl_parity).
+        ("Das „Hook ’em Horns“-Zeichen.", "de", "das &quot; hook &quot; em horns &quot; -zeichen ."),
+    ],
+)
+def test_moses_tokenize_rules(raw, lang, tokenized):
+    assert moses_tokenize([raw], lang) == [tokenized]
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+@pytest.mark.parametrize("split", ["test2016", "test2017", "valid"])
+def test_moses_tokenize_reproduces_the_official_multi30k_tok_files(split, lang):
+    raw = read_lines(MULTI30K / f"{split}.{lang}")
+    official = read_lines(MULTI30K / "tok" / f"{split}.lc.norm.tok.{lang}")
+    ours = moses_tokenize(raw, lang)
+    differences = [
+        (number, raw[number], ours[number], official[number])
+        for number in range(len(raw))
+        if ours[number] != official[number]
+    ]
+    assert len(raw) == len(official) > 999
+    assert differences == []
+
+
+def test_tokenized_bleu_of_the_raw_reference_against_the_official_tok_reference_is_100():
+    raw = read_lines(MULTI30K / "test2016.de")
+    official = read_lines(MULTI30K / "tok" / "test2016.lc.norm.tok.de")
+    tokenized_bleu = score_translations(raw, raw, official, lang="de")["tokenized_bleu"]
+    assert tokenized_bleu["score"] == pytest.approx(100.0)
+    assert tokenized_bleu["counts"] == tokenized_bleu["totals"] == [12103, 11103, 10103, 9103]
+    assert tokenized_bleu["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:none|smooth:none|")
+    assert "normalize-punctuation -l de" in tokenized_bleu["preprocessing"]
+
+
+def test_tokenized_bleu_is_multi_bleu_on_lowercased_moses_tokens():
+    hypotheses = [line.lower() for line in HYPOTHESES]
+    tokenized_references = moses_tokenize(REFERENCES, "de")
+    scores = score_translations(hypotheses, REFERENCES, tokenized_references, lang="de")
+    expected = sacrebleu.corpus_bleu(
+        moses_tokenize(hypotheses, "de"), [tokenized_references], tokenize="none", smooth_method="none", force=True
+    )
+    assert scores["tokenized_bleu"]["score"] == expected.score
+    # Case-insensitive: the lowercased hypotheses score as the cased ones do, unlike sacreBLEU on the raw references.
+    assert scores["tokenized_bleu"]["score"] == pytest.approx(
+        score_translations(HYPOTHESES, REFERENCES)["bleu"]["score"]
+    )
+    assert scores["bleu"]["score"] < scores["tokenized_bleu"]["score"] - 5
+
+
+def test_mismatched_or_empty_inputs_raise_naming_the_counts():
+    with pytest.raises(ValueError, match="3 hypotheses but 2 references"):
+        score_translations(HYPOTHESES, REFERENCES[:2])
+    with pytest.raises(ValueError, match="3 hypotheses but 4 tokenized references"):
+        score_translations(HYPOTHESES, REFERENCES, REFERENCES + ["x"])
+    with pytest.raises(ValueError, match="no hypotheses"):
+        score_translations([], [])
+
+
+def word_level_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3} | {word: 4 + index for index, word in enumerate(words)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def test_compute_metrics_for_trainer_decodes_ids_and_ignores_minus_100():
+    tokenizer = word_level_tokenizer(["ein", "hund", "läuft", "schläft", "im", "schnee", "."])
+    ids = tokenizer.convert_tokens_to_ids
+    # Generated ids start with the decoder start token <s>; the Trainer pads batches of different widths with -100.
+    predictions = np.array(
+        [
+            [1, *ids(["ein", "hund", "läuft", "im", "schnee", "."]), 2, 0],
+            [1, *ids(["ein", "hund", "läuft", "."]), 2, -100, -100, -100],
+        ]
+    )
+    labels = np.array(
+        [
+            [*ids(["ein", "hund", "läuft", "im", "schnee", "."]), 2],
+            [*ids(["ein", "hund", "schläft", "."]), 2, -100, -100],
+        ]
+    )
+    compute_metrics = compute_metrics_for_trainer(tokenizer)
+    metrics = compute_metrics(EvalPrediction(predictions=predictions, label_ids=labels))
+
+    hypotheses = ["ein hund läuft im schnee .", "ein hund läuft ."]
+    references = ["ein hund läuft im schnee .", "ein hund schläft ."]
+    assert set(metrics) == {"bleu", "chrf", "gen_len"}
+    assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=1e-12)
+    assert metrics["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=1e-12)
+    assert 0 < metrics["bleu"] < 100
+    assert metrics["gen_len"] == (8 + 6) / 2  # non-pad tokens, <s> and </s> included
+    # A model that returns more than the ids hands the Trainer a tuple.
+    assert compute_metrics(EvalPrediction(predictions=(predictions,), label_ids=labels)) == metrics
+
+
+def test_script_scores_a_hypotheses_file(tmp_path):
+    references = read_lines(MULTI30K / "test2016.de")[:40]
+    tokenized_references = read_lines(MULTI30K / "tok" / "test2016.lc.norm.tok.de")[:40]
+    hypotheses = [line.replace("Mann", "Herr").replace("einem", "einen") for line in references]
+    files = {}
+    for name, lines in [("hyp", hypotheses), ("ref", references), ("tok", tokenized_references)]:
+        files[name] = tmp_path / f"{name}.de"
+        files[name].write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    command = [sys.executable, str(REPO / "scripts/evaluate.py"), "--hypotheses", str(files["hyp"])]
+    command += ["--references", str(files["ref"]), "--tokenized-references", str(files["tok"]), "--lang", "de"]
+
+    completed = subprocess.run(
+        command, cwd=REPO, env=offline_environment(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    printed = json.loads(completed.stdout)
+    expected = score_translations(hypotheses, references, tokenized_references, lang="de")
+    assert printed["bleu"] == expected["bleu"]
+    assert printed["chrf"] == expected["chrf"]
+    assert printed["tokenized_bleu"] == expected["tokenized_bleu"]
+    assert 0 < printed["bleu"]["score"] < 100 and 0 < printed["tokenized_bleu"]["score"] < 100
+    assert printed["num_sentences"] == 40 and printed["hypotheses"] == str(files["hyp"])
+
+    files["hyp"].write_text("".join(f"{line}\n" for line in hypotheses[:39]), encoding="utf-8")
+    completed = subprocess.run(
+        command, cwd=REPO, env=offline_environment(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode != 0
+    assert "39 hypotheses but 40 references" in completed.stderr

@@ -1,0 +1,52 @@
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from vanilla_transformer.data.corpora import read_lines
+from vanilla_transformer.tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+ENGLISH_CHINESE = [
+    ("The cat sits on the mat.", "猫坐在垫子上。"),
+    ("I like green tea very much.", "我非常喜欢绿茶。"),
+    ("Where is the train station?", "火车站在哪里？"),
+    ("Two children are playing in the park.", "两个孩子在公园里玩。"),
+    ("The weather is nice today.", "今天天气很好。"),
+    ("She reads a book every evening.", "她每天晚上读一本书。"),
+]
+
+
+def test_round_trip_every_multi30k_training_line(tmp_path):
+    texts = read_lines(MULTI30K / "train.en") + read_lines(MULTI30K / "train.de")
+    tokenizer = train_joint_bpe(texts, vocab_size=8000)
+    assert len(tokenizer) == 8000
+    assert round_trip_failures(tokenizer, texts) == []
+    # AutoTokenizer loads the saved folder with the model's special-token ids
+    loaded = AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path))
+    ids = {name: getattr(loaded, f"{name}_token_id") for name in ("pad", "bos", "eos", "unk")}
+    assert ids == {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
+    encoded = loaded("Ein Hund läuft.")["input_ids"]
+    assert encoded[-1] == 2 and loaded.decode(encoded, skip_special_tokens=True) == "Ein Hund läuft."
+    # a shared BPE learns sub-words, not characters: German sentences take a few tokens per word
+    assert len(loaded(texts[-1])["input_ids"]) < 2 * len(texts[-1].split()) + 1
+
+
+def test_languages_without_spaces_round_trip():
+    texts = [text for pair in ENGLISH_CHINESE for text in pair] * 3
+    tokenizer = train_joint_bpe(texts, vocab_size=400, min_frequency=2)
+    chinese = [zh for _, zh in ENGLISH_CHINESE] + ["我们明天去北京。"]  # unseen characters too
+    assert round_trip_failures(tokenizer, chinese) == []
+    tokens = tokenizer.tokenize(ENGLISH_CHINESE[0][1])
+    assert 1 < len(tokens) < len(ENGLISH_CHINESE[0][1].encode("utf-8"))  # merged, but not one blob
+
+
+def test_vocabulary_too_small_is_an_error():
+    with pytest.raises(ValueError, match="cannot hold the 4 special tokens and the 256 byte symbols"):
+        train_joint_bpe(["a b c"], vocab_size=100)
+
+
+def test_empty_training_text_is_an_error():
+    with pytest.raises(ValueError, match="training text is empty"):
+        train_joint_bpe(["", ""], vocab_size=1000)

@@ -1,0 +1,221 @@
+"""Scoring translations the two ways the project reports them (`docs/paper-recipe.md`, "Results to compare with").
+
+1. **sacreBLEU and chrF** (Post 2018; Popović 2015) of detokenized, cased output against the raw references, with
+   sacreBLEU's own 13a tokenization. Comparable across papers that print the same signature, so the signature is
+   always returned next to the score.
+2. **Tokenized BLEU** against the official lowercased, Moses-tokenized Multi30k references (`tok/` in
+   multi30k/dataset, made by its `scripts/task1-tokenize.sh`): the hypotheses get the same preprocessing
+   (`moses_tokenize`) and are scored on whitespace tokens without smoothing, which is what `multi-bleu.perl`
+   computes. This is the number of the Multi30k literature; it is not comparable with sacreBLEU.
+
+The `evaluate` metrics `sacrebleu` and `chrf` come from local modules in `metrics/` (`load_metric`), because
+`evaluate.load("sacrebleu")` downloads its script from the Hub and fails offline.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import evaluate
+import numpy as np
+import sacremoses
+from sacrebleu.metrics import BLEU, CHRF
+from transformers import EvalPrediction, PreTrainedTokenizerBase
+
+from .data.corpora import read_lines
+
+METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+LOCAL_METRICS = ("sacrebleu", "chrf")
+# Labels and, when the Trainer pads predictions of different lengths to one array, predictions hold this value
+# where there is no token (transformers' `Seq2SeqTrainer`, `DataCollatorForSeq2Seq(label_pad_token_id=-100)`).
+IGNORED_LABEL_ID = -100
+
+
+def load_metric(name: str) -> evaluate.EvaluationModule:
+    """The local `evaluate` module `metrics/{name}.py` (`"sacrebleu"` or `"chrf"`), with the inputs and outputs of the
+    Hub's `evaluate-metric/{name}` plus a `signature`. Loaded by path, so it needs no network (`HF_HUB_OFFLINE=1`).
+    """
+    if name not in LOCAL_METRICS:
+        raise ValueError(f"no local metric named {name!r}; the local metrics are {', '.join(LOCAL_METRICS)}.")
+    # keep_in_memory: scores are computed in one process, so evaluate's on-disk Arrow cache and its file locks (which
+    # two jobs sharing ~/.cache would contend for) buy nothing.
+    return evaluate.load(str(METRICS_DIR / f"{name}.py"), keep_in_memory=True)
+
+
+def moses_tokenize(lines: list[str], lang: str) -> list[str]:
+    """Lowercase, normalize punctuation and Moses-tokenize `lines` exactly as the official Multi30k `tok/` files were
+    made: `lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl -l L` (multi30k/dataset
+    `scripts/task1-tokenize.sh`), with Moses' default escaping (`&apos;`, `&quot;`, `&amp;`, ...) and no `-a` dash
+    splitting.
+
+    Two details make sacremoses match the Perl scripts on every line of train, valid, test2016 and test2017 in both
+    languages: `perl_parity=True` (Perl maps `’` to `"`, sacremoses by default to `'`), and a trailing newline during
+    normalization, because Perl reads each line with its newline and the German rule that moves a quote before a
+    final period (`s/(\\.+)\\"(\\s*[^<])/\\"$1$2/`) needs a character after the quote, which at the end of a line is
+    that newline.
+    """
+    normalizer = sacremoses.MosesPunctNormalizer(lang=lang, perl_parity=True)
+    tokenizer = sacremoses.MosesTokenizer(lang=lang)
+    return [
+        tokenizer.tokenize(normalizer.normalize(line.lower() + "\n"), escape=True, return_str=True) for line in lines
+    ]
+
+
+def _check_line_counts(hypotheses: list[str], **references: list[str] | None) -> None:
+    if not hypotheses:
+        raise ValueError("no hypotheses to score; expected one translation per reference line.")
+    for name, lines in references.items():
+        if lines is not None and len(lines) != len(hypotheses):
+            raise ValueError(
+                f"{len(hypotheses)} hypotheses but {len(lines)} {name.replace('_', ' ')}; "
+                f"scoring needs exactly one hypothesis per reference line."
+            )
+
+
+def _bleu_result(bleu: BLEU, hypotheses: list[str], references: list[str]) -> dict:
+    """The keys of the Hub's `evaluate-metric/sacrebleu` output, plus the signature."""
+    score = bleu.corpus_score(hypotheses, [references])
+    return {
+        "score": score.score,
+        "counts": score.counts,
+        "totals": score.totals,
+        "precisions": score.precisions,
+        "bp": score.bp,
+        "sys_len": score.sys_len,
+        "ref_len": score.ref_len,
+        "signature": bleu.get_signature().format(),
+    }
+
+
+def score_translations(
+    hypotheses: list[str],
+    references: list[str],
+    tokenized_references: list[str] | None = None,
+    lang: str = "de",
+) -> dict:
+    """Score detokenized `hypotheses` against one reference each.
+
+    Returns `{"num_sentences", "bleu", "chrf"}` and, when `tokenized_references` are given, `"tokenized_bleu"`:
+
+    - `bleu`: sacreBLEU with its defaults (13a tokenization, cased, exp smoothing) on the raw `references`, as the
+      Hub's `evaluate-metric/sacrebleu` returns it (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`,
+      `ref_len`) plus `signature`;
+    - `chrf`: sacreBLEU's chrF (character 6-grams, β=2) on the raw references, `score` and `signature`;
+    - `tokenized_bleu`: multi-bleu.perl-style BLEU, the metric of the Multi30k literature: the hypotheses go through
+      `moses_tokenize(…, lang)` (lowercase + normalize-punctuation + tokenizer.perl, as the official `tok/`
+      references were made), then sacreBLEU scores whitespace tokens with `tokenize="none"` and no smoothing, as
+      multi-bleu.perl does. Same keys as `bleu`, plus `preprocessing` naming what was done to the hypotheses.
+    """
+    _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
+    chrf = CHRF()
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    scores = {
+        "num_sentences": len(hypotheses),
+        "bleu": _bleu_result(BLEU(), hypotheses, references),
+        "chrf": {"score": chrf_score.score, "signature": chrf.get_signature().format()},
+    }
+    if tokenized_references is not None:
+        tokenized_hypotheses = moses_tokenize(hypotheses, lang)
+        multi_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
+        scores["tokenized_bleu"] = _bleu_result(multi_bleu, tokenized_hypotheses, tokenized_references) | {
+            "preprocessing": (
+                f"hypotheses: lowercase | normalize-punctuation -l {lang} | tokenizer -l {lang} "
+                f"(sacremoses {sacremoses.__version__}, Moses escaping); references: as given"
+            )
+        }
+    return scores
+
+
+def compute_metrics_for_trainer(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalPrediction], dict[str, float]]:
+    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU and chrF of the generated
+    translations against the decoded labels, and the mean generated length in tokens (`gen_len`, counting every
+    non-pad token, as transformers' `examples/pytorch/translation/run_translation.py` does).
+
+    Scores come from the local `evaluate` modules (`load_metric`), loaded once here rather than at every evaluation.
+    """
+    if tokenizer.pad_token_id is None:
+        raise ValueError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
+    bleu_metric = load_metric("sacrebleu")
+    chrf_metric = load_metric("chrf")
+    pad_token_id = tokenizer.pad_token_id
+
+    def compute_metrics(eval_prediction: EvalPrediction) -> dict[str, float]:
+        predictions = eval_prediction.predictions
+        # Models that return more than logits hand the Trainer a tuple whose first element is the generated ids.
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        predictions = np.where(predictions != IGNORED_LABEL_ID, predictions, pad_token_id)
+        labels = np.where(eval_prediction.label_ids != IGNORED_LABEL_ID, eval_prediction.label_ids, pad_token_id)
+        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        references = [[text.strip()] for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        return {
+            "bleu": bleu_metric.compute(predictions=hypotheses, references=references)["score"],
+            "chrf": chrf_metric.compute(predictions=hypotheses, references=references)["score"],
+            "gen_len": float(np.mean(np.count_nonzero(predictions != pad_token_id, axis=1))),
+        }
+
+    return compute_metrics
+
+
+def score_files(
+    hypotheses_path: str | Path,
+    references_path: str | Path,
+    tokenized_references_path: str | Path | None = None,
+    lang: str = "de",
+) -> dict:
+    """`score_translations` of one-sentence-per-line files, with the paths in the result."""
+    tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
+    scores = score_translations(read_lines(hypotheses_path), read_lines(references_path), tokenized_references, lang)
+    return {
+        "hypotheses": str(hypotheses_path),
+        "references": str(references_path),
+        "tokenized_references": str(tokenized_references_path) if tokenized_references_path else None,
+    } | scores
+
+
+def evaluate_model_on_split(
+    model_name_or_path: str,
+    split: str,
+    data_dir: str | Path,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    batch_size: int = 64,
+    num_beams: int = 4,
+    output_hypotheses: str | Path | None = None,
+) -> dict:
+    """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
+    against `{split}.{target_lang}` and, when it exists, the official tokenized reference
+    `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1).
+    """
+    # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .decoding import translate
+
+    data_dir = Path(data_dir)
+    sources = read_lines(data_dir / f"{split}.{source_lang}")
+    references_path = data_dir / f"{split}.{target_lang}"
+    references = read_lines(references_path)
+    tokenized_references_path = data_dir / "tok" / f"{split}.lc.norm.tok.{target_lang}"
+    has_tokenized_references = tokenized_references_path.is_file()
+    tokenized_references = read_lines(tokenized_references_path) if has_tokenized_references else None
+
+    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path).eval()
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
+    hypotheses = translate(model, tokenizer, sources, batch_size=batch_size, num_beams=num_beams)
+    if output_hypotheses is not None:
+        Path(output_hypotheses).parent.mkdir(parents=True, exist_ok=True)
+        Path(output_hypotheses).write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
+
+    scores = score_translations(hypotheses, references, tokenized_references, lang=target_lang)
+    return {
+        "model": model_name_or_path,
+        "split": split,
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        "num_beams": num_beams,
+        "references": str(references_path),
+        "tokenized_references": str(tokenized_references_path) if has_tokenized_references else None,
+        "hypotheses": str(output_hypotheses) if output_hypotheses is not None else None,
+    } | scores
