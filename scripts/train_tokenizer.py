@@ -1,6 +1,6 @@
 """Train one joint BPE for both languages (§5.1) and save it as a PreTrainedTokenizerFast (AutoTokenizer loads it).
 
-    python scripts/train_tokenizer.py --corpus ../shared/data/multi30k --vocab-size 8000 --output-dir outputs/tok
+python scripts/train_tokenizer.py --corpus ../shared/data/multi30k --vocab-size 8000 --output-dir outputs/tok
 """
 
 import argparse
@@ -26,7 +26,9 @@ def main() -> None:
     tokenizer = train_joint_bpe(texts, vocab_size=args.vocab_size)
     save_tokenizer(tokenizer, args.output_dir)
     failures = round_trip_failures(tokenizer, texts)
-    print(f"{len(tokenizer)} tokens saved to {args.output_dir}; decode(encode(x)) != x for {len(failures)} of {len(texts)} lines")
+    print(
+        f"{len(tokenizer)} tokens saved to {args.output_dir}; decode(encode(x)) != x for {len(failures)} of {len(texts)} lines"
+    )
     for number, text, decoded in failures[:10]:
         print(f"  line {number}: {text!r} -> {decoded!r}")
 

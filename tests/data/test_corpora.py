@@ -39,7 +39,7 @@ def test_different_line_counts_name_both_files_and_counts(tmp_path):
 
 def test_non_utf8_names_file_and_line(tmp_path):
     write(tmp_path / "train.en", "a\nb\n")
-    write(tmp_path / "train.de", "x\n".encode() + "Gr\xfc\xdfe\n".encode("latin-1"))
+    write(tmp_path / "train.de", b"x\n" + "Gr\xfc\xdfe\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"train\.de, line 2: not UTF-8"):
         load_text_files(tmp_path, "train", "en", "de")
 
