@@ -4,6 +4,9 @@ import torch
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
+# pytest -n 2 runs two workers on two cores: more threads per worker only make them wait for each other
+torch.set_num_threads(1)
+
 VOCAB = 64
 PAD, BOS, EOS = 0, 1, 2
 

@@ -285,16 +285,17 @@ def test_generate_with_and_without_cache(generate_kwargs, batch):
 def test_static_cache_and_continuing_from_a_cache_match_dynamic_decoding(batch):
     model = tiny_model()
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    dynamic = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8)
-    static = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, cache_implementation="static")
+    dynamic = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, num_beams=1)
+    static = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, cache_implementation="static", num_beams=1)
     assert torch.equal(static, dynamic)
-    first = model.generate(**inputs, max_new_tokens=4, min_new_tokens=4, return_dict_in_generate=True)
+    first = model.generate(**inputs, max_new_tokens=4, min_new_tokens=4, return_dict_in_generate=True, num_beams=1)
     continued = model.generate(
         **inputs,
         decoder_input_ids=first.sequences,
         past_key_values=first.past_key_values,
         max_new_tokens=4,
         min_new_tokens=4,
+        num_beams=1,
     )
     assert torch.equal(continued, dynamic)
 

@@ -677,6 +677,7 @@ PAPER_GENERATION_DEFAULTS = {
 # entries `GenerationConfig` does not define; for them `None` is a setting (no per-sentence limit), not "unset"
 CUSTOM_GENERATION_ATTRIBUTES = ("length_penalty_form", "max_new_tokens_over_input")
 LENGTH_PENALTY_FORMS = ("gnmt", "hf")
+_UNSET = object()  # tells "not passed" from an explicit None
 
 # Logits processors the paper's beam search applies, at the same point as transformers' beam search does. Each keeps
 # every log-probability <= 0, so the summed log-probability of a hypothesis never rises as it grows (which makes the
@@ -742,7 +743,7 @@ class MaxLengthPerSentenceCriteria(StoppingCriteria):
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: encoder-decoder plus the pre-softmax linear projection tied to the embeddings
-    (§3.4), trained with cross-entropy on the next target token."""
+    (§3.4), trained with cross-entropy on the next target token. `generate` decodes as §6.1 does by default."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
@@ -886,7 +887,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         naming any other option it would ignore.
         """
         length_penalty_form = kwargs.pop("length_penalty_form", None)
-        over_input = kwargs.pop("max_new_tokens_over_input", "unset")
+        over_input = kwargs.pop("max_new_tokens_over_input", _UNSET)
         if kwargs.get("custom_generate") is not None:  # the caller brings its own decoding loop
             return super().generate(inputs, generation_config, **kwargs)
 
@@ -899,7 +900,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 f"length_penalty_form={length_penalty_form!r} is unknown; use 'gnmt' for the paper's ((5 + |Y|) / 6)^α "
                 f"(§6.1, Wu et al. 2016) or 'hf' for transformers' |Y|^α."
             )
-        if over_input == "unset":
+        if over_input is _UNSET:
             over_input = getattr(resolved, "max_new_tokens_over_input", None)
         if over_input is not None and (
             isinstance(over_input, bool) or not isinstance(over_input, int) or over_input < 0
@@ -967,15 +968,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def _check_paper_beam_search_options(self, generation_config: GenerationConfig, kwargs: dict) -> None:
         """Refuse, by name, every option the paper's beam search would otherwise ignore."""
         fix = "use length_penalty_form='hf' for transformers' beam search, or num_beams=1"
-        num_beams = generation_config.num_beams
         problems = []
         if generation_config.do_sample:
             problems.append("do_sample=True (beam sampling)")
-        if (generation_config.num_return_sequences or 1) > num_beams:
-            problems.append(
-                f"num_return_sequences={generation_config.num_return_sequences} > num_beams={num_beams} (a beam "
-                f"search returns at most num_beams hypotheses; raise num_beams)"
-            )
         if (getattr(generation_config, "num_beam_groups", None) or 1) > 1 or getattr(
             generation_config, "diversity_penalty", None
         ):
@@ -996,6 +991,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             "streamer",
             "prefix_allowed_tokens_fn",
             "negative_prompt_ids",
+            "decoder_inputs_embeds",
             "past_key_values",
         ):
             if kwargs.get(name) is not None:
@@ -1066,10 +1062,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         num_return_sequences = generation_config.num_return_sequences or 1
         alpha = generation_config.length_penalty
         early_stopping = generation_config.early_stopping is True
+        device = self.device  # transformers >= 5.23 accepts inputs on the CPU for a model elsewhere
+        input_ids = input_ids.to(device)
         eos_token_id = generation_config._eos_token_tensor
+        eos_token_id = eos_token_id.to(device) if eos_token_id is not None else None
         pad_token_id = generation_config._pad_token_tensor
         fill_value = pad_token_id if pad_token_id is not None else (eos_token_id[0] if eos_token_id is not None else 0)
-        device = input_ids.device
         batch_size = input_ids.shape[0] // num_beams
         prompt_length = input_ids.shape[1]
         num_candidates = max(2, 1 + (eos_token_id.numel() if eos_token_id is not None else 0)) * num_beams
@@ -1096,6 +1094,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         cache = model_kwargs.get("past_key_values") if use_cache else None
         encoder_hidden_states = model_kwargs["encoder_outputs"][0]  # (batch_size * num_beams, source_length, d_model)
         encoder_attention_mask = model_kwargs.get("attention_mask")
+        if encoder_attention_mask is not None:
+            encoder_attention_mask = encoder_attention_mask.to(device)
         active = torch.arange(batch_size, device=device)  # sentences still searched, in the cache's row order
         cur_len = prompt_length
         while True:

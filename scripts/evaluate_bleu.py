@@ -3,23 +3,18 @@ Moses-tokenized reference exists, with the tokenized BLEU of the Multi30k litera
 signatures as JSON.
 
 Usage, scoring a file of translations:
-    python scripts/evaluate.py --hypotheses hyp.de --references test2016.de [--tokenized-references REF.tok] [--lang de]
+    python scripts/evaluate_bleu.py --hypotheses hyp.de --references test2016.de [--tokenized-references REF.tok] [--lang de]
 or translating a split with a saved model first:
-    python scripts/evaluate.py --model FOLDER_OR_HUB_ID --split test2016 [--data-dir ../shared/data/multi30k]
+    python scripts/evaluate_bleu.py --model FOLDER_OR_HUB_ID --split test2016 [--data-dir ../shared/data/multi30k]
         [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]
 """
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-# Python puts this script's folder first on sys.path, and this file, evaluate.py, would then shadow the `evaluate`
-# package that vanilla_transformer.evaluation imports.
-sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-
-import vanilla_transformer  # noqa: E402, F401  (registers the Auto classes, so a saved folder loads without remote code)
-from vanilla_transformer.evaluation import evaluate_model_on_split, score_files  # noqa: E402
+# (named evaluate_bleu.py: a scripts/evaluate.py would shadow the `evaluate` package for every script in this folder)
+import vanilla_transformer  # noqa: F401  (registers the Auto classes, so a saved folder loads without remote code)
+from vanilla_transformer.evaluation import evaluate_model_on_split, score_files
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

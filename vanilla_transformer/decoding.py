@@ -1,0 +1,83 @@
+"""Translating text with a trained model: the decoding stage of the pipeline (paper §6.1).
+
+`translate` batches sentences by length and calls `model.generate`, whose defaults are the paper's decoding: beam
+size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input length + 50 output tokens, early
+stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
+"""
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+def translate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    batch_size: int = 64,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate `sentences` with `model.generate(**generate_kwargs)`, one output string per input, in input order.
+
+    Sentences are sorted by tokenized length (longest first, so that a batch too large for memory fails at once)
+    and cut into batches of `batch_size`, so that each batch carries little padding; the source is padded on the
+    right, as the encoder's positions start at the first token. The model's generation config decides the decoding
+    unless `generate_kwargs` override it (e.g. `num_beams=1` for greedy). Outputs are decoded with
+    `skip_special_tokens=True`.
+
+    An empty (or whitespace-only) sentence translates to an empty string without reaching the model: a model given
+    no source produces arbitrary text, and one output per input line keeps files aligned for scoring.
+
+    The model runs in eval mode (dropout off) under `torch.inference_mode()`, on its own device; its train/eval
+    mode is restored afterwards.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1.")
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError(
+            f"num_return_sequences={generate_kwargs['num_return_sequences']} is not supported: translate returns one "
+            f"string per sentence; call model.generate directly for n-best lists."
+        )
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
+    if pad_token_id is None:
+        raise ValueError("Neither the tokenizer nor the model config defines a pad token id; set tokenizer.pad_token.")
+
+    translations = [""] * len(sentences)
+    todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
+    if not todo:
+        return translations
+    encoded = tokenizer([sentences[index] for index in todo], add_special_tokens=True)["input_ids"]
+    token_ids = dict(zip(todo, encoded, strict=True))
+    todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
+
+    device = model.device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(todo), batch_size):
+                batch = todo[start : start + batch_size]
+                width = max(len(token_ids[index]) for index in batch)
+                input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+                attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, index in enumerate(batch):
+                    ids = token_ids[index]
+                    input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                    attention_mask[row, : len(ids)] = 1
+                output = model.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **generate_kwargs
+                )
+                if isinstance(output, torch.Tensor):
+                    sequences = output
+                else:  # return_dict_in_generate=True
+                    sequences = output.sequences
+                texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
+                for index, text in zip(batch, texts, strict=True):
+                    translations[index] = text
+    finally:
+        model.train(was_training)
+    return translations
+
+
+__all__ = ["translate"]
