@@ -3,7 +3,8 @@ Moses-tokenized reference exists, with the tokenized BLEU of the Multi30k litera
 signatures as JSON.
 
 Usage, scoring a file of translations:
-    python scripts/evaluate_bleu.py --hypotheses hyp.de --references test2016.de [--tokenized-references REF.tok] [--lang de]
+    python scripts/evaluate_bleu.py --hypotheses hyp.de --references test2016.de \
+        [--tokenized-references REF.tok] [--lang de]
 or translating a split with a saved model first:
     python scripts/evaluate_bleu.py --model FOLDER_OR_HUB_ID --split test2016 [--data-dir ../shared/data/multi30k]
         [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]

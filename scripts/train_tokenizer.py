@@ -27,7 +27,8 @@ def main() -> None:
     save_tokenizer(tokenizer, args.output_dir)
     failures = round_trip_failures(tokenizer, texts)
     print(
-        f"{len(tokenizer)} tokens saved to {args.output_dir}; decode(encode(x)) != x for {len(failures)} of {len(texts)} lines"
+        f"{len(tokenizer)} tokens saved to {args.output_dir}; "
+        f"decode(encode(x)) != x for {len(failures)} of {len(texts)} lines"
     )
     for number, text, decoded in failures[:10]:
         print(f"  line {number}: {text!r} -> {decoded!r}")

@@ -1,0 +1,46 @@
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+
+from conftest import tiny_model
+from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+
+
+def write_checkpoints(run_dir, steps):
+    for seed, step in enumerate(steps):
+        tiny_model(seed=seed).save_pretrained(run_dir / f"checkpoint-{step}")
+
+
+def test_average_of_the_last_n_is_the_mean_and_loads(tmp_path):
+    write_checkpoints(tmp_path, [5, 10, 100, 20])  # numeric order, not name order
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-5", "checkpoint-10", "checkpoint-20",
+                                                            "checkpoint-100"]  # fmt: skip
+    chosen = average_checkpoints(tmp_path, tmp_path / "final", last=2)
+    assert [p.name for p in chosen] == ["checkpoint-20", "checkpoint-100"]
+    averaged = load_file(tmp_path / "final" / "model.safetensors")
+    for name, tensor in averaged.items():
+        expected = (
+            load_file(chosen[0] / "model.safetensors")[name] + load_file(chosen[1] / "model.safetensors")[name]
+        ) / 2
+        torch.testing.assert_close(tensor, expected)
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "final")
+    assert model.lm_head.weight.data_ptr() == model.model.shared.weight.data_ptr()  # still tied
+    torch.testing.assert_close(model.model.shared.weight, averaged["model.shared.weight"])
+
+
+def test_too_few_checkpoints_is_an_error_and_leaves_the_output_alone(tmp_path):
+    write_checkpoints(tmp_path, [1, 2])
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "keep.txt").write_text("a good model")
+    with pytest.raises(ValueError, match="has 2 checkpoints .* fewer than the 3 asked for"):
+        average_checkpoints(tmp_path, tmp_path / "final", last=3)
+    assert (tmp_path / "final" / "keep.txt").read_text() == "a good model"
+
+
+def test_checkpoints_of_different_models_are_refused(tmp_path):
+    tiny_model().save_pretrained(tmp_path / "checkpoint-1")
+    tiny_model(d_model=16).save_pretrained(tmp_path / "checkpoint-2")
+    with pytest.raises((ValueError, RuntimeError)):
+        average_checkpoints(tmp_path, tmp_path / "final", last=2)
+    assert not (tmp_path / "final").exists()
