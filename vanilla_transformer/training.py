@@ -85,6 +85,7 @@ def train(
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
+    (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
 
     train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
     valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
@@ -155,5 +156,4 @@ def train(
     final = output / "final"
     averaged = average_checkpoints(output, final, preset.average_last)
     print(f"averaged {[p.name for p in averaged]} into {final}")
-    (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
     return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))

@@ -1,0 +1,88 @@
+"""Average a run's last checkpoints, score them on Multi30k test2016/test2017 with the paper's decoding, and write a
+Hub-ready release folder with a model card.
+
+    python scripts/release.py --run-dir outputs/multi30k --output-dir model_cards/vanilla-transformer-multi30k-en-de
+"""
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+import vanilla_transformer  # noqa: F401  (registers the Auto classes)
+from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.release import evaluate_release, write_release
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--last", type=int, help="checkpoints to average (default: the run preset's average_last)")
+    parser.add_argument("--data-dir", default="../shared/data/multi30k")
+    parser.add_argument("--hardware", default=hardware(), help="what the run trained on, for the card")
+    parser.add_argument("--status", default="final", help="a line for the card, e.g. 'training in progress'")
+    args = parser.parse_args()
+
+    run = Path(args.run_dir)
+    preset = json.loads((run / "preset.json").read_text()) if (run / "preset.json").is_file() else {}
+    last = args.last or preset.get("average_last", 5)
+    final = run / "final"
+    averaged = average_checkpoints(run, final, last)
+    state = json.loads((averaged[-1] / "trainer_state.json").read_text())
+    config = json.loads((final / "config.json").read_text())
+    hours = (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
+    parameters = sum(t.numel() for t in vanilla_transformer.VanillaTransformerForConditionalGeneration.from_pretrained(
+        final).parameters())  # fmt: skip
+    training = {
+        "status": args.status,
+        "summary": (
+            f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
+            f"{hours:.1f} h wall-clock on {args.hardware}; the average of checkpoints "
+            f"{', '.join(p.name.split('-')[1] for p in averaged)}."
+        ),
+        "parameters": parameters,
+        "updates": state["global_step"],
+        "epochs": round(state["epoch"], 2),
+        "wall_clock_hours": round(hours, 2),
+        "hardware": args.hardware,
+        "averaged_checkpoints": [p.name for p in averaged],
+        "hyperparameters": {
+            **{
+                k: config[k]
+                for k in (
+                    "d_model",
+                    "encoder_layers",
+                    "decoder_layers",
+                    "encoder_attention_heads",
+                    "encoder_ffn_dim",
+                    "dropout",
+                    "vocab_size",
+                )
+            },  # fmt: skip
+            **{
+                k: preset[k]
+                for k in ("max_tokens", "tokens_per_update", "warmup_steps", "lr_factor", "label_smoothing")
+                if k in preset
+            },  # fmt: skip
+            "optimizer": "Adam(0.9, 0.98, 1e-9)",
+            "decoding": "beam 4, GNMT length penalty 0.6, max input+50",
+        },
+    }
+    results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
+    write_release(final, args.output_dir, results, training)
+    print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
+    print(f"checkpoints available: {[p.name for p in list_checkpoints(run)]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The released Multi30k checkpoint in `model_cards/`: loads with the Auto classes and scores what its card says."""
+
+import json
+from pathlib import Path
+
+from huggingface_hub import ModelCard
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.data.corpora import read_lines
+from vanilla_transformer.decoding import translate
+from vanilla_transformer.evaluation import score_translations
+from vanilla_transformer.release import SMOKE_SENTENCES
+
+REPO = Path(__file__).resolve().parents[1]
+RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+def test_release_folder_is_hub_ready():
+    names = {p.name for p in RELEASE.iterdir()}
+    expected = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "README.md",
+                "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"}  # fmt: skip
+    assert expected <= names
+    assert (RELEASE / "model.safetensors").stat().st_size <= 20 * 2**20
+    config = json.loads((RELEASE / "config.json").read_text())
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+    # the card's metadata parses with the Hub's own parser and carries the measured results
+    card = ModelCard.load(RELEASE / "README.md")
+    results = json.loads((RELEASE / "results.json").read_text())["results"]
+    reported = {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
+    for split in ("test2016", "test2017"):
+        assert reported[(split, "bleu")] == results[split]["tokenized_bleu"]
+        assert reported[(split, "sacrebleu")] == results[split]["sacrebleu"]
+        assert f"| {split} | {results[split]['tokenized_bleu']} | {results[split]['sacrebleu']} |" in card.text
+
+
+def test_fifty_test2016_sentences_score_as_the_card_says():
+    tokenizer = AutoTokenizer.from_pretrained(RELEASE)
+    model = AutoModelForSeq2SeqLM.from_pretrained(RELEASE).eval()
+    sources = read_lines(MULTI30K / "test2016.en")[:SMOKE_SENTENCES]
+    references = read_lines(MULTI30K / "test2016.de")[:SMOKE_SENTENCES]
+    scores = score_translations(translate(model, tokenizer, sources), references)
+    card = json.loads((RELEASE / "results.json").read_text())["results"][f"test2016[:{SMOKE_SENTENCES}]"]
+    assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
