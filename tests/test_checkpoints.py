@@ -1,9 +1,9 @@
 import pytest
 import torch
+from conftest import tiny_model
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from conftest import tiny_model
 from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
 
 

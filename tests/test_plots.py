@@ -1,6 +1,6 @@
 import pytest
-
 from conftest import tiny_model
+
 from vanilla_transformer.plots import attention_maps, plot_attention, plot_learning_curves
 
 
