@@ -130,3 +130,13 @@ def test_resume_reproduces_the_uninterrupted_run(builtin_tokenizer, pairs, tmp_p
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert resumed.state.global_step == 6
     assert math.isclose(resumed.lr_scheduler.get_last_lr()[0], straight.lr_scheduler.get_last_lr()[0])
+
+
+def test_evaluation_leaves_the_papers_generation_config_alone(builtin_tokenizer, pairs, tmp_path):
+    trainer = make_trainer(builtin_tokenizer, pairs.select(range(8)), tmp_path, max_tokens=400,
+                           predict_with_generate=True, generation_max_length=40)  # fmt: skip
+    before = trainer.model.generation_config.to_dict()
+    metrics = trainer.evaluate(eval_dataset=pairs.select(range(8)))
+    assert "eval_loss" in metrics
+    assert trainer.model.generation_config.to_dict() == before
+    assert trainer.model.generation_config.max_length is None  # a saved max_length=20 would cut translations

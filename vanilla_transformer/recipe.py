@@ -1,6 +1,7 @@
 """The paper's training recipe (§5) on `Seq2SeqTrainer`: Adam(0.9, 0.98, 1e-9), the §5.3 learning-rate schedule,
 label smoothing 0.1 (§5.4), token-based batching (§5.1) with gradient accumulation, and presets."""
 
+import copy
 import math
 from dataclasses import asdict, dataclass, replace
 
@@ -187,6 +188,15 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             pin_memory=self.args.dataloader_pin_memory,
         )
         return self.accelerator.prepare(loader)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        # Seq2SeqTrainer fills the model's generation_config with transformers' defaults (max_length=20, ...) while
+        # evaluating, and every later checkpoint would save them: keep the model's own decoding settings instead.
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = generation_config
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
