@@ -93,7 +93,8 @@ def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], p
     for i, layer in enumerate(layers):
         for j, head in enumerate(heads):
             axis = axes[i][j]
-            axis.imshow(stack[layer][head].numpy(), cmap="viridis", vmin=0.0)  # scaled per map: diffuse heads stay readable
+            # colours scaled per map, so that diffuse heads stay readable
+            axis.imshow(stack[layer][head].numpy(), cmap="viridis", vmin=0.0)
             axis.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
             axis.set_yticks(range(len(rows)), rows, fontsize=7)
             axis.set_title(f"{kind} layer {layer} head {head}", fontsize=8)
