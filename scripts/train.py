@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--corpus", help="'builtin', a folder of {split}.{lang} files, or a datasets name")
     parser.add_argument("--dataset-config", help="the datasets config, e.g. de-en for wmt14")
+    parser.add_argument("--valid-split", help="the validation split's name (datasets on the Hub: 'validation')")
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
     parser.add_argument("--vocab-size", type=int)
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help="start over even if checkpoints exist")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
     args = parser.parse_args()
 
@@ -45,6 +47,7 @@ def main() -> None:
         args.preset,
         corpus=args.corpus,
         dataset_config=args.dataset_config,
+        valid_split=args.valid_split,
         vocab_size=args.vocab_size,
         max_tokens=args.max_tokens,
         tokens_per_update=args.tokens_per_update,
@@ -68,6 +71,7 @@ def main() -> None:
         eval_beams=args.eval_beams,
         eval_samples=args.eval_samples,
         report_to=args.report_to,
+        threads=args.threads,
     )
     print(f"final model: {run.final_dir}")
 

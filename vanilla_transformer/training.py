@@ -13,6 +13,7 @@ from .checkpoints import average_checkpoints
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
+from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .recipe import TrainingPreset, VanillaTransformerTrainer, label_smoothed_loss, peak_learning_rate
 from .tokenization import save_tokenizer, train_joint_bpe
@@ -78,8 +79,6 @@ def train(
     Validation during training decodes with `eval_beams` beams (greedy by default: the paper's beam 4 is for the
     final model), on the first `eval_samples` valid pairs if given.
     """
-    from .evaluation import compute_metrics_for_trainer
-
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if threads:
