@@ -4,6 +4,8 @@ checkpoints ... For the big models, we averaged the last 20 checkpoints")."""
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,6 +26,7 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
     if not folders:
         raise ValueError("no checkpoints to average.")
     total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
     for folder in folders:
         path = folder / "model.safetensors"
         if not path.is_file():
@@ -33,8 +36,24 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
             raise ValueError(f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only.")
         for name, tensor in state.items():
             total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
-    reference = load_file(folders[-1] / "model.safetensors")
-    return {name: (tensor / len(folders)).to(reference[name].dtype) for name, tensor in total.items()}
+            dtypes[name] = tensor.dtype
+    return {name: (tensor / len(folders)).to(dtypes[name]) for name, tensor in total.items()}
+
+
+@contextmanager
+def staged_folder(destination: str | Path) -> Iterator[Path]:
+    """A scratch folder beside `destination` that replaces it only when the block completes, so a failure never
+    leaves a partial folder in place of a good one."""
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
+    try:
+        yield staging
+        if destination.exists():
+            shutil.rmtree(destination)
+        staging.rename(destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) -> list[Path]:
@@ -60,16 +79,8 @@ def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) 
         )
     model.tie_weights()
 
-    output = Path(output_dir)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
-    try:
+    with staged_folder(output_dir) as staging:
         model.save_pretrained(staging)
         if (chosen[-1] / "tokenizer.json").is_file():
             AutoTokenizer.from_pretrained(chosen[-1]).save_pretrained(staging)
-        if output.exists():
-            shutil.rmtree(output)
-        staging.rename(output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return chosen

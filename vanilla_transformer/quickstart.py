@@ -6,7 +6,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .data.corpora import load_builtin
@@ -31,7 +30,7 @@ def run(output_dir: str, max_steps: int | None = None, release: str | Path = REL
     preset = get_training_preset("demo")
     if max_steps is not None:
         preset = replace(preset, max_steps=max_steps, save_steps=max(1, max_steps // preset.average_last))
-    result = train(preset, output_dir, report_to="tensorboard", threads=torch.get_num_threads())
+    result = train(preset, output_dir)
     curves = plot_learning_curves(result.log_history, Path(output_dir) / "curves.png")
     trained = time.perf_counter() - start
     print(f"trained {preset.max_steps} steps in {trained:.0f}s; curves in {curves}")

@@ -171,12 +171,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
 
     def train_batch_sampler(self) -> TokenBudgetBatchSampler:
-        return TokenBudgetBatchSampler(
-            [len(ids) for ids in self.train_dataset["input_ids"]],
-            [len(ids) for ids in self.train_dataset["labels"]],
-            max_tokens=self.max_tokens,
-            seed=self.batching_seed,
-        )
+        return TokenBudgetBatchSampler.for_dataset(self.train_dataset, self.max_tokens, seed=self.batching_seed)
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self._remove_unused_columns(self.train_dataset, description="training")

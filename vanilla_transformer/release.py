@@ -6,23 +6,27 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .evaluation import evaluate_model_on_split
+from .checkpoints import staged_folder
+from .data.corpora import read_lines
+from .evaluation import evaluate_model_on_split, score_translations
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
 
 
 def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str, ...], batch_size: int = 100) -> dict:
-    """Scores of the folder on each split (paper decoding), plus the first `SMOKE_SENTENCES` of the first split."""
-    results = {split: evaluate_model_on_split(str(folder), split, data_dir, batch_size=batch_size) for split in splits}
-    smoke_dir = Path(tempfile.mkdtemp(prefix="smoke-"))
-    try:
-        first = splits[0]
-        for suffix in ("en", "de"):
-            lines = (Path(data_dir) / f"{first}.{suffix}").read_text(encoding="utf-8").splitlines()[:SMOKE_SENTENCES]
-            (smoke_dir / f"{first}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        results[f"{first}[:{SMOKE_SENTENCES}]"] = evaluate_model_on_split(str(folder), first, smoke_dir)
-    finally:
-        shutil.rmtree(smoke_dir)
+    """Scores of the folder on each split (paper decoding), plus those of the first `SMOKE_SENTENCES` translations of
+    the first split."""
+    first = splits[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        results = {
+            split: evaluate_model_on_split(
+                str(folder), split, data_dir, batch_size=batch_size, output_hypotheses=Path(scratch) / f"{split}.hyp"
+            )
+            for split in splits
+        }
+        hypotheses = read_lines(Path(scratch) / f"{first}.hyp")[:SMOKE_SENTENCES]
+    references = read_lines(Path(data_dir) / f"{first}.de")[:SMOKE_SENTENCES]
+    results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(hypotheses, references)
     return results
 
 
@@ -148,9 +152,7 @@ python scripts/release.py --run-dir outputs/multi30k --output-dir model_cards/{n
 def write_release(final_dir: str | Path, release_dir: str | Path, results: dict, training: dict) -> Path:
     """Copy the model folder, write `results.json` and the card; the folder replaces `release_dir` only whole."""
     release = Path(release_dir)
-    release.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{release.name}-", dir=release.parent))
-    try:
+    with staged_folder(release) as staging:
         for item in Path(final_dir).iterdir():
             if item.is_file():
                 shutil.copy2(item, staging / item.name)
@@ -158,9 +160,4 @@ def write_release(final_dir: str | Path, release_dir: str | Path, results: dict,
             json.dumps({"results": {k: _summary(v) for k, v in results.items()}, "training": training}, indent=2) + "\n"
         )
         (staging / "README.md").write_text(render_model_card(release.name, results, training))
-        if release.exists():
-            shutil.rmtree(release)
-        staging.rename(release)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return release

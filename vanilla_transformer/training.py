@@ -98,9 +98,8 @@ def train(
     model = build_model(preset, tokenizer)
     parameters = sum(p.numel() for p in model.parameters())
     tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
-    sampler = TokenBudgetBatchSampler(
-        [len(x) for x in train_set["input_ids"]], [len(x) for x in train_set["labels"]], preset.max_tokens, seed=seed
-    )
+    # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
+    sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
     accumulation = accumulation_steps(preset.tokens_per_update, sampler.tokens_per_batch())
     args = Seq2SeqTrainingArguments(
         output_dir=str(output),

@@ -40,6 +40,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self.batches = self._make_batches()
 
+    @classmethod
+    def for_dataset(cls, dataset, max_tokens: int, seed: int = 0) -> "TokenBudgetBatchSampler":
+        """The sampler of a tokenized dataset (`input_ids` and `labels` columns)."""
+        return cls(
+            [len(ids) for ids in dataset["input_ids"]], [len(ids) for ids in dataset["labels"]], max_tokens, seed=seed
+        )
+
     def _make_batches(self) -> list[list[int]]:
         noise = random.Random(self.seed)
         order = sorted(
