@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -6,6 +9,22 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 
 # pytest -n 2 runs two workers on two cores: more threads per worker only make them wait for each other
 torch.set_num_threads(1)
+
+# The project's data (Multi30k, WMT14) lives beside the checkout, as on the development machines and in CI; a
+# checkout elsewhere names the folder with VANILLA_TRANSFORMER_SHARED_DATA.
+SHARED_DATA = Path(
+    os.environ.get("VANILLA_TRANSFORMER_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+MULTI30K = SHARED_DATA / "multi30k"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not (MULTI30K / "train.en").is_file():
+        raise pytest.UsageError(
+            f"the Multi30k files are not in {MULTI30K}: the tests read ../shared/data beside the checkout; set "
+            f"VANILLA_TRANSFORMER_SHARED_DATA to the folder that holds multi30k/."
+        )
+
 
 VOCAB = 64
 PAD, BOS, EOS = 0, 1, 2

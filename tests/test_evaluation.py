@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
+from conftest import MULTI30K
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import EvalPrediction, PreTrainedTokenizerFast
 
@@ -22,7 +23,6 @@ from vanilla_transformer.evaluation import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 
 HYPOTHESES = ["Ein Mann fährt Fahrrad auf der Straße.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
 REFERENCES = [

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from conftest import MULTI30K
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -13,7 +14,6 @@ from vanilla_transformer.release import SMOKE_SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
 def test_release_folder_is_hub_ready():

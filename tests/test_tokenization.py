@@ -1,12 +1,9 @@
-from pathlib import Path
-
 import pytest
+from conftest import MULTI30K
 from transformers import AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
-
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 ENGLISH_CHINESE = [
     ("The cat sits on the mat.", "猫坐在垫子上。"),

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K
 
 from vanilla_transformer.data.corpora import (
     BUILTIN_SPLITS,
@@ -11,8 +12,6 @@ from vanilla_transformer.data.corpora import (
     read_lines,
     tokenize_pairs,
 )
-
-MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 
 
 def write(path: Path, text: str | bytes) -> Path:
