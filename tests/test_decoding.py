@@ -22,10 +22,28 @@ from transformers import (
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.decoding import translate
-from vanilla_transformer.modeling_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
+from vanilla_transformer.modeling_vanilla_transformer import (
+    PAPER_GENERATION_DEFAULTS,
+    VanillaTransformerIncrementalDecoder,
+    gnmt_length_penalty,
+)
 from vanilla_transformer.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def count_decoding_steps(model, monkeypatch) -> list:
+    """A list that grows by one per decoding step, cached (incremental decoder) or not (full forward)."""
+    steps = []
+    model.lm_head.register_forward_hook(lambda *args: steps.append(1))
+    step = VanillaTransformerIncrementalDecoder.step
+
+    def counting_step(self, token_ids):
+        steps.append(1)
+        return step(self, token_ids)
+
+    monkeypatch.setattr(VanillaTransformerIncrementalDecoder, "step", counting_step)
+    return steps
 
 
 def eos_prone_model(seed: int = 0, scale: float = 4.0) -> VanillaTransformerForConditionalGeneration:
@@ -124,7 +142,7 @@ def reference_beam_search(model, source, num_beams, alpha, max_new_tokens, early
 
 
 @pytest.mark.parametrize(("num_beams", "seed", "scale"), [(2, 0, 2.0), (4, 0, 2.0), (4, 3, 4.0), (4, 5, 3.0)])
-def test_beam_search_matches_a_hand_written_beam_search(num_beams, seed, scale):
+def test_beam_search_matches_a_hand_written_beam_search(num_beams, seed, scale, monkeypatch):
     model = eos_prone_model(seed, scale)
     offset = 4
     sources = random_sources([7, 3, 5], seed=seed)  # padded to 7 in the batch
@@ -137,8 +155,7 @@ def test_beam_search_matches_a_hand_written_beam_search(num_beams, seed, scale):
     )
     rows, scores = out.sequences.tolist(), out.sequences_scores.tolist()
     assert all(row[0] == BOS for row in rows)
-    steps = []
-    model.lm_head.register_forward_hook(lambda *args: steps.append(1))
+    steps = count_decoding_steps(model, monkeypatch)
     lengths_seen = set()
     for index, source in enumerate(sources):
         expected, expected_steps = reference_beam_search(model, source, num_beams, 0.6, len(source) + offset)
@@ -173,11 +190,10 @@ def test_scores_are_log_probability_over_gnmt_penalty_and_hypotheses_are_sorted(
         assert out.sequences_scores[index].item() == pytest.approx(expected, rel=1e-4)
 
 
-def test_early_stopping_is_exact_and_saves_steps():
+def test_early_stopping_is_exact_and_saves_steps(monkeypatch):
     model = eos_prone_model(2)
     inputs = padded(random_sources([8, 5, 6, 3], seed=2))
-    steps = []
-    model.lm_head.register_forward_hook(lambda *args: steps.append(1))
+    steps = count_decoding_steps(model, monkeypatch)
     common = {"num_return_sequences": 4, "return_dict_in_generate": True, "max_new_tokens_over_input": 10}
     early = model.generate(**inputs, early_stopping=True, **common)
     early_steps = len(steps)
@@ -269,20 +285,24 @@ def test_default_limit_is_input_length_plus_50():
     assert out.shape == (1, 1 + 3 + 50)  # not transformers' default of 20 new tokens
 
 
-# --- greedy and the HF form go to transformers' own loops --------------------------------------------------
+# --- greedy and the HF form decode as transformers' own loops do -------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("route", "hf_method"),
-    [({"num_beams": 1}, "_sample"), ({"length_penalty_form": "hf"}, "_beam_search")],
-    ids=["greedy", "hf-beam"],
+    ("route", "options", "hf_method"),
+    [
+        ({"num_beams": 1}, {}, "_lean_greedy_search"),
+        ({"num_beams": 1}, {"lean_decoding": False}, "_sample"),
+        ({"length_penalty_form": "hf"}, {}, "_beam_search"),
+    ],
+    ids=["greedy", "greedy-transformers-loop", "hf-beam"],
 )
-def test_greedy_and_hf_form_use_transformers_generate(monkeypatch, route, hf_method):
+def test_greedy_and_hf_form_use_transformers_generate(monkeypatch, route, options, hf_method):
     model = eos_prone_model(6)
     inputs = padded(random_sources([5, 3], seed=9))
     calls = []
     cls = VanillaTransformerForConditionalGeneration
-    original = getattr(GenerationMixin, hf_method)
+    original = getattr(cls, hf_method)
 
     def spy(*args, **kwargs):
         calls.append(hf_method)
@@ -293,7 +313,7 @@ def test_greedy_and_hf_form_use_transformers_generate(monkeypatch, route, hf_met
 
     monkeypatch.setattr(cls, hf_method, spy)
     monkeypatch.setattr(cls, "_paper_beam_search", paper_beam_search)
-    out = model.generate(**inputs, max_new_tokens=6, **route)
+    out = model.generate(**inputs, max_new_tokens=6, **route, **options)
     assert calls == [hf_method]
     expected = GenerationMixin.generate(model, **inputs, max_new_tokens=6, **route)
     assert torch.equal(out, expected)

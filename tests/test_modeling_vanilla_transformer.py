@@ -18,9 +18,17 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     sinusoidal_position_encoding,
 )
+from vanilla_transformer.modeling_vanilla_transformer import (
+    VanillaTransformerAttention,
+    VanillaTransformerIncrementalDecoder,
+)
 from vanilla_transformer.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def batch_inputs(batch: dict) -> dict:
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
 def count_parameters(config: VanillaTransformerConfig) -> int:
@@ -300,15 +308,23 @@ def test_static_cache_and_continuing_from_a_cache_match_dynamic_decoding(batch):
     assert torch.equal(continued, dynamic)
 
 
-def test_cross_attention_keys_and_values_are_computed_once(batch):
+def test_cross_attention_keys_and_values_are_computed_once(batch, monkeypatch):
     model = tiny_model()
     calls = []
-    model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda *args: calls.append(1))
+    cross_key_projection = model.model.decoder.layers[0].encoder_attn.k_proj
+    project = VanillaTransformerAttention._project
+
+    def counting_project(states, *projections):
+        calls.extend(1 for projection in projections if projection is cross_key_projection)
+        return project(states, *projections)
+
+    monkeypatch.setattr(VanillaTransformerAttention, "_project", staticmethod(counting_project))
     out = model.generate(
         batch["input_ids"],
         attention_mask=batch["attention_mask"],
         max_new_tokens=6,
         min_new_tokens=6,
+        num_beams=1,
         return_dict_in_generate=True,
     )
     assert len(calls) == 1
@@ -316,6 +332,11 @@ def test_cross_attention_keys_and_values_are_computed_once(batch):
     assert isinstance(cache, EncoderDecoderCache)
     assert cache.self_attention_cache.get_seq_length() == 6
     assert cache.cross_attention_cache.get_seq_length() == batch["input_ids"].shape[1]
+    # the incremental decoder (greedy search without per-step outputs, the paper's beam search) projects it once too
+    for num_beams in (1, 4):
+        calls.clear()
+        model.generate(**batch_inputs(batch), num_beams=num_beams, max_new_tokens=6, min_new_tokens=6)
+        assert len(calls) == 1
 
 
 def test_attention_outputs(batch):
@@ -611,3 +632,58 @@ def test_deepcopy_keeps_backends_apart():
     other = copy.deepcopy(model)
     other.set_attn_implementation("eager")
     assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"normalize_before": True}, {"attention_bias": True}, {"position_encoding": "learned"}],
+    ids=["paper", "pre-LN", "attention-bias", "learned-positions"],
+)
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_incremental_decoder_matches_the_full_forward(batch, overrides, attn_implementation):
+    """The lean decoding step (fused projections, static cache, transposed output projection) gives the logits of
+    the eager full forward within 1e-5 at every position, also after rows are reordered and dropped."""
+    model = tiny_model(**overrides).eval()
+    model.set_attn_implementation(attn_implementation)
+    with torch.no_grad():
+        reference = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+        ).logits
+        encoder_states = model.get_encoder()(batch["input_ids"], attention_mask=batch["attention_mask"])[0]
+        length = batch["decoder_input_ids"].shape[1]
+        decoder = VanillaTransformerIncrementalDecoder(model, encoder_states, batch["attention_mask"], length)
+        rows = torch.arange(batch["input_ids"].shape[0])
+        for position in range(length):
+            logits = decoder.step(batch["decoder_input_ids"][rows, position])
+            torch.testing.assert_close(logits, reference[rows, position], rtol=1e-5, atol=1e-5)
+            if position == 1:  # a permutation (beams moving), then fewer rows (sentences finishing)
+                order = torch.flip(torch.arange(rows.shape[0]), [0])
+                decoder.select_rows(order)
+                rows = rows[order]
+            if position == 2:
+                decoder.select_rows(torch.tensor([0, 2]))
+                rows = rows[[0, 2]]
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_lean_decoding_generates_what_transformers_loops_generate(batch, num_beams):
+    """Greedy search on the incremental decoder equals transformers' `_sample` with its dynamic cache, and the
+    paper's beam search equals itself without a cache, token for token, with EOS, padding and minimum lengths."""
+    model = tiny_model().eval()
+    inputs = batch_inputs(batch)
+    for options in ({"max_new_tokens": 12}, {"max_new_tokens": 9, "min_new_tokens": 5}):
+        lean = model.generate(**inputs, num_beams=num_beams, **options)
+        if num_beams == 1:
+            reference = model.generate(**inputs, num_beams=1, lean_decoding=False, **options)
+        else:
+            reference = model.generate(**inputs, num_beams=num_beams, use_cache=False, **options)
+        assert torch.equal(lean, reference)
+    # EOS made likely, so that sentences finish at different steps and finished rows are padded or leave the batch
+    with torch.no_grad():
+        model.lm_head.weight[EOS] *= 6
+    lean = model.generate(**inputs, num_beams=num_beams, max_new_tokens=12)
+    fallback = {"lean_decoding": False} if num_beams == 1 else {"use_cache": False}
+    assert torch.equal(lean, model.generate(**inputs, num_beams=num_beams, max_new_tokens=12, **fallback))
+    assert (lean[:, 1:-1] == EOS).any()

@@ -1,0 +1,442 @@
+"""Speed and memory, side by side in one process: this model, transformers' `MarianMTModel` with identical dimensions
+(ReLU, √d_model-scaled and shared embeddings, sinusoidal positions, post-LN), and a plain `torch.nn.Transformer`
+with the same sizes.
+
+Each workload runs on every model in turn, repeated with the order rotated so that no model always runs first, and
+the median of the repeats is reported with the ratio to Marian. Token counts:
+
+- training: real (non-padding) source + target tokens per second of forward + backward + Adam step;
+- generation: generated tokens per second (batch × new tokens); every model is made to generate exactly the same
+  number of new tokens (EOS is suppressed until then), so the work is the same whatever the random weights say.
+
+Peak training memory is measured in a fresh process per model (CPU: the growth of the peak resident set over the
+process after its imports; GPU: `torch.cuda.max_memory_allocated`).
+"""
+
+import json
+import math
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
+
+PAD, BOS, EOS = 0, 1, 2
+MODELS = ("vanilla", "marian", "torch")
+
+
+@dataclass(frozen=True)
+class Workloads:
+    """The shapes measured; the defaults fit a 2-core CPU in a few minutes."""
+
+    train_batch_size: int = 16
+    train_source_length: int = 24
+    train_target_length: int = 24
+    generate_source_length: int = 24
+    new_tokens: int = 32
+    greedy_batch_sizes: tuple[int, ...] = (1, 32)
+    beam_batch_size: int = 8
+    num_beams: int = 4
+
+
+def vanilla_config(preset: str = "base", vocab_size: int = 8000, **overrides) -> VanillaTransformerConfig:
+    """The model under test: a preset (the paper's base by default) with a shared vocabulary of `vocab_size`."""
+    return VanillaTransformerConfig.from_preset(
+        preset,
+        vocab_size=vocab_size,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        **overrides,
+    )
+
+
+def marian_config(config: VanillaTransformerConfig) -> MarianConfig:
+    """`MarianConfig` with the same dimensions, activation, dropouts, embedding scaling and sharing."""
+    return MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.encoder_attention_heads,
+        decoder_attention_heads=config.decoder_attention_heads,
+        encoder_ffn_dim=config.encoder_ffn_dim,
+        decoder_ffn_dim=config.decoder_ffn_dim,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        max_position_embeddings=config.max_position_embeddings,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+    )
+
+
+class TorchTransformerTranslator(nn.Module):
+    """A plain `torch.nn.Transformer` translation model of the same sizes: shared scaled embeddings, sinusoidal
+    positions, post-LN layers and a tied output projection. It has no incremental decoding cache, so greedy
+    decoding re-runs the decoder over the whole prefix at every step, as `nn.Transformer` users do."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=PAD)
+        self.register_buffer("positions", sinusoidal_position_encoding(config.max_position_embeddings, config.d_model))
+        self.scale = math.sqrt(config.d_model)
+        self.dropout = config.dropout
+        self.transformer = nn.Transformer(
+            d_model=config.d_model,
+            nhead=config.encoder_attention_heads,
+            num_encoder_layers=config.encoder_layers,
+            num_decoder_layers=config.decoder_layers,
+            dim_feedforward=config.encoder_ffn_dim,
+            dropout=config.dropout,
+            batch_first=True,
+        )
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(ids) * self.scale + self.positions[: ids.shape[1]]
+        return F.dropout(hidden, self.dropout, self.training)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.transformer.encoder(self._embed(input_ids), src_key_padding_mask=attention_mask == 0)
+
+    def decode(self, decoder_input_ids: torch.Tensor, memory: torch.Tensor, attention_mask: torch.Tensor):
+        length = decoder_input_ids.shape[1]
+        causal = nn.Transformer.generate_square_subsequent_mask(length, device=memory.device, dtype=memory.dtype)
+        hidden = self.transformer.decoder(
+            self._embed(decoder_input_ids),
+            memory,
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            memory_key_padding_mask=attention_mask == 0,
+        )
+        return hidden @ self.embed.weight.T
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids, labels) -> torch.Tensor:
+        logits = self.decode(decoder_input_ids, self.encode(input_ids, attention_mask), attention_mask)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+    @torch.no_grad()
+    def greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        memory = self.encode(input_ids, attention_mask)
+        output = torch.full((input_ids.shape[0], 1), BOS, dtype=torch.long, device=input_ids.device)
+        for _ in range(new_tokens):
+            logits = self.decode(output, memory, attention_mask)[:, -1]
+            logits[:, EOS] = -math.inf  # the same number of tokens as the other models
+            output = torch.cat((output, logits.argmax(-1, keepdim=True)), dim=1)
+        return output
+
+
+def build_model(name: str, config: VanillaTransformerConfig, attn_implementation: str = "sdpa") -> nn.Module:
+    torch.manual_seed(0)
+    if name == "vanilla":
+        config._attn_implementation = attn_implementation
+        return VanillaTransformerForConditionalGeneration(config)
+    if name == "marian":
+        marian = marian_config(config)
+        marian._attn_implementation = attn_implementation
+        model = MarianMTModel(marian)
+        # Marian's own generation defaults ban the pad token (bad_words_ids) at every step; neither other model
+        # does, so compare the same search
+        model.generation_config = GenerationConfig(
+            pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, bos_token_id=BOS
+        )
+        return model
+    if name == "torch":
+        return TorchTransformerTranslator(config)
+    raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+
+
+def random_batch(
+    batch_size: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Random token ids with lengths between half and all of the given ones, padded on the right; labels end
+    with EOS and use -100 on padding."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def side(length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = torch.randint(max(length // 2, 1), length + 1, (batch_size,), generator=generator)
+        lengths[0] = length  # the batch is as long as asked
+        ids = torch.randint(EOS + 1, vocab_size, (batch_size, length), generator=generator)
+        mask = torch.arange(length)[None, :] < lengths[:, None]
+        ids[torch.arange(batch_size), lengths - 1] = EOS
+        return ids.masked_fill(~mask, PAD), mask.long()
+
+    input_ids, attention_mask = side(source_length)
+    labels, label_mask = side(target_length)
+    labels = labels.masked_fill(label_mask == 0, -100)
+    decoder_input_ids = torch.cat((torch.full((batch_size, 1), BOS), labels[:, :-1].clamp(min=PAD)), dim=1)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "decoder_input_ids": decoder_input_ids,
+        "labels": labels,
+    }
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) -> Callable[[], None]:
+    """One forward + backward + Adam step on `batch` (mixed precision by autocast when `dtype` is not float32)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    device = next(model.parameters()).device
+    model.train()
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(**batch) if name == "torch" else model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def generate_fn(name: str, model: nn.Module, inputs: dict, new_tokens: int, num_beams: int) -> Callable[[], None]:
+    model.eval()
+    if name == "torch":
+        if num_beams > 1:
+            raise ValueError("nn.Transformer has no beam search")
+        return lambda: model.greedy(inputs["input_ids"], inputs["attention_mask"], new_tokens)
+    options = {"num_beams": num_beams, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
+    if num_beams > 1:
+        options.update(length_penalty=0.6, early_stopping=True)
+    return lambda: model.generate(**inputs, **options)
+
+
+def measure(fn: Callable[[], None], device: torch.device, warmup: int = 1) -> float:
+    """Seconds of one call, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    _synchronize(device)
+    start = time.perf_counter()
+    fn()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def matmul_params(config: VanillaTransformerConfig) -> tuple[int, int, int]:
+    """Weights multiplied per source token (encoder), per target token (decoder, output projection included) and
+    per source token by the decoder's cross-attention keys and values."""
+    d = config.d_model
+    encoder = config.encoder_layers * (4 * d * d + 2 * d * config.encoder_ffn_dim)
+    cross_kv = config.decoder_layers * 2 * d * d
+    decoder = config.decoder_layers * (6 * d * d + 2 * d * config.decoder_ffn_dim) + d * config.vocab_size
+    return encoder, decoder, cross_kv
+
+
+def training_flops(config: VanillaTransformerConfig, batch: dict) -> float:
+    """Matmul FLOPs of forward + backward (3 × forward) on the padded batch, attention scores included."""
+    encoder, decoder, cross_kv = matmul_params(config)
+    batch_size, source = batch["input_ids"].shape
+    target = batch["labels"].shape[1]
+    d = config.d_model
+    weights = 2 * batch_size * ((encoder + cross_kv) * source + decoder * target)
+    attention = (
+        4 * batch_size * d * (config.encoder_layers * source**2 + config.decoder_layers * (target**2 + target * source))
+    )
+    return 3.0 * (weights + attention)
+
+
+def generation_flops(config: VanillaTransformerConfig, rows: int, source: int, new_tokens: int) -> float:
+    """Matmul FLOPs of cached decoding: the encoder and cross-attention keys/values once, then per token the
+    decoder's weights and attention over the source and the prefix."""
+    encoder, decoder, cross_kv = matmul_params(config)
+    d = config.d_model
+    once = 2 * rows * source * (encoder + cross_kv) + 4 * rows * d * config.encoder_layers * source**2
+    per_token = 2 * rows * decoder
+    attention = sum(4 * rows * d * config.decoder_layers * (source + t + 1) for t in range(new_tokens))
+    return once + per_token * new_tokens + attention
+
+
+def peak_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """The best FLOP/s of a square matmul, the machine's practical peak for this dtype."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    best = min(measure(lambda: a @ b, device) for _ in range(repeats))
+    return 2 * size**3 / best
+
+
+def run_speed(
+    config: VanillaTransformerConfig,
+    workloads: Workloads,
+    models: tuple[str, ...] = MODELS,
+    repeats: int = 5,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+    log: Callable[[str], None] = print,
+) -> dict:
+    """tokens/s medians per workload and model; see the module docstring for what is counted."""
+    device = torch.device(device)
+    built = {name: build_model(name, config, attn_implementation).to(device) for name in models}
+    if dtype != torch.float32:  # generation runs in the low precision itself; training uses autocast
+        generators = {name: build_model(name, config, attn_implementation).to(device, dtype) for name in models}
+    else:
+        generators = built
+    train_batch = {
+        k: v.to(device)
+        for k, v in random_batch(
+            workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
+        ).items()
+    }
+    train_tokens = int((train_batch["attention_mask"].sum() + (train_batch["labels"] != -100).sum()).item())
+
+    jobs: dict[str, tuple[int, float, dict[str, Callable[[], None]]]] = {}
+    jobs["train"] = (
+        train_tokens,
+        training_flops(config, train_batch),
+        {name: train_step_fn(name, model, train_batch, dtype) for name, model in built.items()},
+    )
+    for batch_size in workloads.greedy_batch_sizes:
+        inputs = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=batch_size)
+        inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
+        flops = generation_flops(config, batch_size, workloads.generate_source_length, workloads.new_tokens)
+        jobs[f"greedy_b{batch_size}"] = (
+            batch_size * workloads.new_tokens,
+            flops,
+            {name: generate_fn(name, model, inputs, workloads.new_tokens, 1) for name, model in generators.items()},
+        )
+    inputs = random_batch(workloads.beam_batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=7)
+    inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
+    rows = workloads.beam_batch_size * workloads.num_beams
+    jobs[f"beam{workloads.num_beams}_b{workloads.beam_batch_size}"] = (
+        workloads.beam_batch_size * workloads.new_tokens,
+        generation_flops(config, rows, workloads.generate_source_length, workloads.new_tokens),
+        {
+            name: generate_fn(name, model, inputs, workloads.new_tokens, workloads.num_beams)
+            for name, model in generators.items()
+            if name != "torch"
+        },
+    )
+
+    results: dict[str, dict] = {}
+    for job, (tokens, flops, fns) in jobs.items():
+        names = list(fns)
+        for fn in fns.values():  # warm up every model before any timing
+            fn()
+        seconds: dict[str, list[float]] = {name: [] for name in names}
+        for repeat in range(repeats):
+            order = names[repeat % len(names) :] + names[: repeat % len(names)]
+            for name in order:
+                seconds[name].append(measure(fns[name], device, warmup=0))
+        results[job] = {
+            name: {
+                "median_seconds": statistics.median(times),
+                "tokens_per_second": tokens / statistics.median(times),
+                "flops_per_second": flops / statistics.median(times),
+                "seconds": times,
+            }
+            for name, times in seconds.items()
+        }
+        log(
+            f"{job}: "
+            + ", ".join(f"{name} {result['tokens_per_second']:.0f} tok/s" for name, result in results[job].items())
+        )
+    return results
+
+
+def peak_training_memory(
+    name: str, config: VanillaTransformerConfig, workloads: Workloads, device: str = "cpu", steps: int = 3
+) -> int:
+    """Bytes of peak memory of `steps` training steps of one model, measured in a fresh process."""
+    code = (
+        "import json, sys, torch\n"
+        "from vanilla_transformer import benchmark as b\n"
+        "print(json.dumps(b._memory_child(*json.loads(sys.argv[1]))))\n"
+    )
+    args = json.dumps([name, config.to_dict(), workloads.__dict__, device, steps])
+    done = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the memory measurement of {name} failed:\n{done.stderr[-3000:]}")
+    return int(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: int) -> int:
+    config = VanillaTransformerConfig(**{k: v for k, v in config.items() if k not in ("transformers_version",)})
+    workloads = Workloads(**{k: tuple(v) if isinstance(v, list) else v for k, v in workloads.items()})
+    torch.set_num_threads(torch.get_num_threads())
+    batch = random_batch(
+        workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
+    )
+    if device == "cuda":
+        model = build_model(name, config).to(device)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        torch.cuda.reset_peak_memory_stats()
+        step = train_step_fn(name, model, batch, torch.float32)
+        for _ in range(steps):
+            step()
+        return torch.cuda.max_memory_allocated()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = build_model(name, config)
+    step = train_step_fn(name, model, batch, torch.float32)
+    for _ in range(steps):
+        step()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024  # Linux reports KiB
+
+
+def machine_description(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads"
+
+
+def ratios(results: dict, reference: str = "marian", subject: str = "vanilla") -> dict[str, float]:
+    return {
+        job: by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
+        for job, by_model in results.items()
+        if subject in by_model and reference in by_model
+    }
+
+
+def format_table(report: dict) -> str:
+    """A Markdown table: tokens/s per model and workload, the share of the matmul peak, and vanilla / Marian."""
+    speed, peak = report["speed"], report["peak_flops_per_second"]
+    models = [m for m in MODELS if any(m in by_model for by_model in speed.values())]
+    header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " | vanilla / marian |"
+    lines = [header, "|" + "---|" * (len(models) + 2)]
+    for job, by_model in speed.items():
+        cells = []
+        for m in models:
+            if m in by_model:
+                share = by_model[m]["flops_per_second"] / peak
+                cells.append(f"{by_model[m]['tokens_per_second']:,.0f} ({share:.1%})")
+            else:
+                cells.append("n/a")
+        ratio = report["ratios"].get(job)
+        lines.append(f"| {job} | " + " | ".join(cells) + (f" | {ratio:.2f}× |" if ratio else " | n/a |"))
+    if report.get("memory"):
+        memory = report["memory"]
+        cells = [f"{memory[m] / 2**20:,.0f} MiB" if m in memory else "n/a" for m in models]
+        ratio = memory["vanilla"] / memory["marian"] if "vanilla" in memory and "marian" in memory else None
+        lines.append("| peak training memory | " + " | ".join(cells) + f" | {ratio:.2f}× |")
+    return "\n".join(lines)
