@@ -16,7 +16,6 @@ process after its imports; GPU: `torch.cuda.max_memory_allocated`).
 import json
 import math
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -388,12 +387,24 @@ def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: 
         for _ in range(steps):
             step()
         return torch.cuda.max_memory_allocated()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM) to the current one, so the imports'
+    # own peak does not hide the model's
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    before = _status_kib("VmRSS")
     model = build_model(name, config)
     step = train_step_fn(name, model, batch, torch.float32)
     for _ in range(steps):
         step()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024  # Linux reports KiB
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}: peak CPU memory is measured on Linux only")
 
 
 def machine_description(device: str) -> str:
@@ -440,3 +451,48 @@ def format_table(report: dict) -> str:
         ratio = memory["vanilla"] / memory["marian"] if "vanilla" in memory and "marian" in memory else None
         lines.append("| peak training memory | " + " | ".join(cells) + f" | {ratio:.2f}× |")
     return "\n".join(lines)
+
+
+def run_benchmark(
+    config: VanillaTransformerConfig,
+    workloads: Workloads = Workloads(),
+    models: tuple[str, ...] = MODELS,
+    repeats: int = 5,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+    memory: bool = True,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Everything the README's table needs: speeds, ratios, the matmul peak, peak training memory, the machine."""
+    peak = peak_matmul_flops(torch.device(device), dtype)
+    log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
+    speed = run_speed(config, workloads, models, repeats, device, dtype, attn_implementation, log)
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine_description(device),
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "attn_implementation": attn_implementation,
+        "config": {
+            k: getattr(config, k)
+            for k in (
+                "vocab_size",
+                "d_model",
+                "encoder_layers",
+                "decoder_layers",
+                "encoder_ffn_dim",
+                "encoder_attention_heads",
+            )
+        },
+        "workloads": workloads.__dict__,
+        "repeats": repeats,
+        "peak_flops_per_second": peak,
+        "speed": speed,
+        "ratios": ratios(speed),
+    }
+    if memory:
+        report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in models}
+        log("peak training memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in report["memory"].items()))
+    return report

@@ -179,6 +179,29 @@ def concatenated_projection(*projections: nn.Linear) -> tuple[torch.Tensor, torc
     return weight, bias
 
 
+class ConcatenatedLinearFunction(torch.autograd.Function):
+    """`F.linear` on concatenated weights (one matmul for several projections of the same input) that keeps only the
+    separate weights for the backward pass: autograd through `torch.cat` would hold a concatenated copy of every
+    projection until the backward pass, more memory than three separate matmuls need."""
+
+    @staticmethod
+    def forward(ctx, states: torch.Tensor, num_projections: int, *weights_and_biases: torch.Tensor) -> torch.Tensor:
+        weights, biases = weights_and_biases[:num_projections], weights_and_biases[num_projections:]
+        ctx.save_for_backward(states, *weights)
+        ctx.num_biases = len(biases)
+        return F.linear(states, torch.cat(weights), torch.cat(biases) if biases else None)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        states, *weights = ctx.saved_tensors
+        grad_states = grad_output @ torch.cat(weights) if ctx.needs_input_grad[0] else None
+        flat_grad = grad_output.reshape(-1, grad_output.shape[-1])
+        sizes = [weight.shape[0] for weight in weights]
+        grad_weights = (flat_grad.T @ states.reshape(-1, states.shape[-1])).split(sizes)
+        grad_biases = flat_grad.sum(0).split(sizes) if ctx.num_biases else ()
+        return grad_states, None, *grad_weights, *grad_biases
+
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -230,7 +253,12 @@ class VanillaTransformerAttention(nn.Module):
     @staticmethod
     def _project(states: torch.Tensor, *projections: nn.Linear) -> torch.Tensor:
         """`states` through several projections at once; their outputs side by side on the last axis."""
-        return F.linear(states, *concatenated_projection(*projections))
+        if not torch.is_grad_enabled():
+            return F.linear(states, *concatenated_projection(*projections))
+        biases = [projection.bias for projection in projections if projection.bias is not None]
+        return ConcatenatedLinearFunction.apply(
+            states, len(projections), *[projection.weight for projection in projections], *biases
+        )
 
     def forward(
         self,
