@@ -1,5 +1,5 @@
-"""Train the Transformer with the paper's recipe (§5) in a plain `accelerate` loop (`vanilla_transformer/no_trainer.py`),
-the counterpart of transformers' `run_translation_no_trainer.py`; `scripts/train.py` does the same on Seq2SeqTrainer.
+"""Train the Transformer with the paper's recipe (§5) in a plain `accelerate` loop (vanilla_transformer/no_trainer.py),
+the counterpart of transformers' `run_translation_no_trainer.py`; `scripts/train.py` runs the same on Seq2SeqTrainer.
 
     python scripts/train_no_trainer.py --preset demo --output-dir outputs/demo-nt                  # one process
     accelerate launch --num_processes 8 scripts/train_no_trainer.py --preset paper-base --output-dir outputs/base

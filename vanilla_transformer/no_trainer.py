@@ -26,6 +26,7 @@ from .checkpoints import list_checkpoints
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
+from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
 from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate
 from .training import build_model, build_tokenizer
 
@@ -85,6 +86,8 @@ def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     """What `save_pretrained` writes besides the weights: the two code files with an `auto_map` (so the folder also
     loads with `trust_remote_code=True` without this package), config, generation config, and the tokenizer."""
     if model._auto_class is not None:
+        # as VanillaTransformerPreTrainedModel.save_pretrained: an entry for every Auto class, not only the saved one
+        model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), **REMOTE_AUTO_MAP}
         custom_object_save(model, folder, config=model.config)
     model.config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
@@ -138,7 +141,8 @@ def train_no_trainer(
     over all processes. `max_grad_norm=0` clips nothing, as the paper. Validation (greedy unless `eval_beams`) runs
     every `preset.eval_steps` updates and at the end on the first `eval_samples` valid pairs; checkpoints every
     `preset.save_steps` (the newest `preset.average_last` are kept); the final weights go to `output_dir/final`.
-    The loss and gradient norm of every update and each evaluation go to `output_dir/train_log.json`.
+    The loss and gradient norm of every update, each evaluation and the last validation translations go to
+    `output_dir/train_log.json`.
     """
     output = Path(output_dir)
     accelerator = Accelerator(
@@ -223,7 +227,12 @@ def train_no_trainer(
 
     def write_log() -> None:
         if accelerator.is_main_process:
-            log = {"losses": run.losses, "grad_norms": run.grad_norms, "evaluations": run.evaluations}
+            log = {
+                "losses": run.losses,
+                "grad_norms": run.grad_norms,
+                "evaluations": run.evaluations,
+                "predictions": run.predictions,
+            }
             (output / LOG_FILE).write_text(json.dumps(log, indent=1) + "\n")
 
     def validate() -> None:
