@@ -3,6 +3,8 @@
     python scripts/train.py --preset multi30k --output-dir outputs/multi30k
     python scripts/train.py --preset demo --output-dir outputs/demo          # built-in corpus, minutes on a CPU
     python scripts/train.py --preset paper-base --corpus wmt14 --dataset-config de-en --output-dir outputs/base
+    accelerate launch --num_processes 8 scripts/train.py --preset paper-base --bf16 --output-dir outputs/base  # DDP
+    torchrun --nproc_per_node 2 scripts/train.py --preset demo --output-dir outputs/demo   # 2 CPU processes (gloo)
 
 Interrupted runs resume from their newest checkpoint when started again with the same --output-dir.
 """
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("--target-lang", default="de")
     parser.add_argument("--vocab-size", type=int)
     parser.add_argument("--max-tokens", type=int, help="padded source+target tokens per batch")
+    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
     parser.add_argument("--tokens-per-update", type=int, help="gradient accumulation reaches about this many")
     parser.add_argument("--warmup-steps", type=int)
     parser.add_argument("--lr-factor", type=float, help="multiplies the §5.3 learning rate")
@@ -35,11 +38,16 @@ def main() -> None:
     parser.add_argument("--label-smoothing", type=float)
     parser.add_argument("--dropout", type=float)
     parser.add_argument("--max-length", type=int, help="pairs with more tokens on a side are dropped (and counted)")
+    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (Ampere GPUs and newer)")
+    precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
     parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
     parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help="start over even if checkpoints exist")
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--log-steps", type=int, default=50)
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
     args = parser.parse_args()
 
@@ -72,6 +80,11 @@ def main() -> None:
         eval_samples=args.eval_samples,
         report_to=args.report_to,
         threads=args.threads,
+        log_steps=args.log_steps,
+        per_device_batch_size=args.per_device_batch_size,
+        max_grad_norm=args.max_grad_norm,
+        bf16=args.bf16,
+        fp16=args.fp16,
     )
     print(f"final model: {run.final_dir}")
 

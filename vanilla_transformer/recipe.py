@@ -160,11 +160,12 @@ def label_smoothed_loss(epsilon: float):
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with token-budget batches for training and the §5.3 schedule.
 
-    `max_tokens` bounds the padded source+target tokens of a batch; `warmup_steps` parameterizes the schedule, whose
-    peak is `args.learning_rate`.
+    `max_tokens` bounds the padded source+target tokens of a batch (`None`: the Trainer's batches of
+    `args.per_device_train_batch_size` pairs); `warmup_steps` parameterizes the schedule, whose peak is
+    `args.learning_rate`.
     """
 
-    def __init__(self, *args, max_tokens: int, warmup_steps: int, batching_seed: int = 0, **kwargs):
+    def __init__(self, *args, max_tokens: int | None, warmup_steps: int, batching_seed: int = 0, **kwargs):
         self.max_tokens = max_tokens
         self.warmup_steps = warmup_steps
         self.batching_seed = batching_seed
@@ -174,6 +175,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         return TokenBudgetBatchSampler.for_dataset(self.train_dataset, self.max_tokens, seed=self.batching_seed)
 
     def get_train_dataloader(self) -> DataLoader:
+        if self.max_tokens is None:
+            return super().get_train_dataloader()
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
         loader = DataLoader(
             dataset,
@@ -192,6 +195,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
         finally:
             self.model.generation_config = generation_config
+
+    def evaluation_loop(self, *args, **kwargs):
+        # Seq2SeqTrainer.evaluate/predict gather with `accelerator.gather`, which keeps the examples that accelerate
+        # repeats so that every process gets as many batches: under N processes BLEU would count some sentences twice
+        self.gather_function = self.accelerator.gather_for_metrics
+        return super().evaluation_loop(*args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from accelerate import PartialState
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -72,25 +73,40 @@ def train(
     log_steps: int = 50,
     progress: bool = True,
     threads: int | None = None,
+    per_device_batch_size: int | None = None,
+    max_grad_norm: float = 0.0,
+    bf16: bool = False,
+    fp16: bool = False,
 ) -> TrainingRun:
     """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
     its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
 
     Validation during training decodes with `eval_beams` beams (greedy by default: the paper's beam 4 is for the
     final model), on the first `eval_samples` valid pairs if given.
+
+    Under N processes (`accelerate launch`, `torchrun`) every process runs this function; the loss is divided by the
+    target tokens of all of them, and accumulation reaches `preset.tokens_per_update` counted over all of them.
+    `per_device_batch_size` replaces the token batches by batches of that many pairs (the Trainer's own sampler);
+    `max_grad_norm=0` clips nothing, as the paper; `bf16`/`fp16` train in mixed precision.
     """
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
+    # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
+    state = PartialState(cpu=not torch.cuda.is_available())
+    world_size, is_main_process = state.num_processes, state.is_main_process
+    if is_main_process:
+        (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
 
-    train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
-    valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
+    # the main process trains and saves the tokenizer (and fills the `datasets` cache) before the others read them
+    with state.main_process_first():
+        train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+        valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
+        tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)
     if eval_samples:
         valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
-    tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)
     train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
     valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
     print(f"train: {train_report}\nvalid: {valid_report}")
@@ -100,7 +116,11 @@ def train(
     tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
     # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
     sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
-    accumulation = accumulation_steps(preset.tokens_per_update, sampler.tokens_per_batch())
+    tokens_per_batch = sampler.tokens_per_batch()
+    if per_device_batch_size:
+        tokens_per_batch = per_device_batch_size * tokens / len(train_set)
+    # each of the processes contributes its batches to an update
+    accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * world_size)
     args = Seq2SeqTrainingArguments(
         output_dir=str(output),
         report_to=[report_to] if report_to != "none" else [],
@@ -113,7 +133,13 @@ def train(
         adam_beta2=0.98,
         adam_epsilon=1e-9,
         weight_decay=0.0,
-        max_grad_norm=0.0,  # the paper clips nothing
+        max_grad_norm=max_grad_norm,  # 0: the paper clips nothing
+        # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
+        # loss by the process count, which DDP's gradient averaging cancels)
+        average_tokens_across_devices=True,
+        per_device_train_batch_size=per_device_batch_size or 8,  # the Trainer's default; token batches ignore it
+        bf16=bf16,
+        fp16=fp16,
         logging_steps=log_steps,
         eval_strategy="steps",
         eval_steps=preset.eval_steps,
@@ -136,7 +162,7 @@ def train(
         processing_class=tokenizer,
         compute_metrics=compute_metrics_for_trainer(tokenizer),
         compute_loss_func=label_smoothed_loss(preset.label_smoothing),
-        max_tokens=preset.max_tokens,
+        max_tokens=None if per_device_batch_size else preset.max_tokens,
         warmup_steps=preset.warmup_steps,
         batching_seed=seed,
     )
@@ -152,6 +178,8 @@ def train(
         print(f"resuming from {checkpoint}")
     result = trainer.train(resume_from_checkpoint=checkpoint)
     final = output / "final"
-    averaged = average_checkpoints(output, final, preset.average_last)
-    print(f"averaged {[p.name for p in averaged]} into {final}")
+    if trainer.is_world_process_zero():
+        averaged = average_checkpoints(output, final, preset.average_last)
+        print(f"averaged {[p.name for p in averaged]} into {final}")
+    trainer.accelerator.wait_for_everyone()
     return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))

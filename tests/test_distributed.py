@@ -1,0 +1,177 @@
+"""Data parallelism on the CPU: `scripts/train.py` (Seq2SeqTrainer) and `scripts/train_no_trainer.py` (a plain
+`accelerate` loop) launched with `torchrun --nproc_per_node 2` (a gloo group; `accelerate launch --cpu` would start
+one process) follow one process with twice the batch, evaluate every example exactly once, and resume exactly."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.data_loader import BatchSamplerShard
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+
+from vanilla_transformer.data.batching import TokenBudgetBatchSampler
+
+ROOT = Path(__file__).resolve().parents[1]
+VALID_PAIRS = 7  # odd: two processes cannot split it evenly, so accelerate repeats an example to pad the last batch
+# a small learning rate keeps Adam's amplification of rounding differences in near-zero gradients below 1e-6
+COMMON = ["--preset", "demo", "--max-steps", "5", "--warmup-steps", "2", "--lr-factor", "0.002", "--dropout", "0",
+          "--log-steps", "1", "--eval-samples", str(VALID_PAIRS)]  # fmt: skip
+
+
+def launch(script: str | Path, processes: int, *args: str) -> None:
+    """Run `scripts/<script>` (or a path) in `processes` processes (torchrun, gloo, one thread each)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    launcher = [sys.executable]
+    if processes > 1:
+        # --standalone: a rendezvous on a free port, so that parallel test workers do not collide
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    result = subprocess.run(
+        [*launcher, str(ROOT / "scripts" / script), *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, (
+        f"{script} on {processes} process(es) failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    first, second = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert first.keys() == second.keys()
+    for name in first:
+        torch.testing.assert_close(first[name], second[name], rtol=0, atol=1e-6, msg=name)
+
+
+def assert_same_losses(first: list[float], second: list[float]) -> None:
+    assert len(first) == len(second) == 5
+    for step, (a, b) in enumerate(zip(first, second, strict=True), start=1):
+        assert abs(a - b) <= 1e-4 * abs(a), f"step {step}: {a} on one process, {b} on two"
+
+
+@pytest.fixture(scope="module")
+def trainer_runs(tmp_path_factory) -> dict[int, Path]:
+    """Seq2SeqTrainer: 1 process × 8 pairs and 2 processes × 4 pairs, 2 batches per update in both."""
+    runs = {}
+    for processes, batch in ((1, 8), (2, 4)):
+        runs[processes] = tmp_path_factory.mktemp(f"trainer{processes}")
+        # --max-grad-norm: a norm never reached, so that the Trainer computes and logs the gradient norm
+        launch("train.py", processes, *COMMON, "--output-dir", str(runs[processes]),
+               "--per-device-batch-size", str(batch), "--tokens-per-update", "320", "--save-steps", "5",
+               "--eval-steps", "5", "--average-last", "1", "--report-to", "none", "--max-grad-norm", "1e9")  # fmt: skip
+    return runs
+
+
+def trainer_log(run: Path) -> list[dict]:
+    return json.loads((run / "checkpoint-5" / "trainer_state.json").read_text())["log_history"]
+
+
+def test_trainer_on_two_processes_follows_one_process_with_twice_the_batch(trainer_runs):
+    one, two = (trainer_log(trainer_runs[n]) for n in (1, 2))
+    assert_same_losses([e["loss"] for e in one if "loss" in e], [e["loss"] for e in two if "loss" in e])
+    # Adam hides a gradient scaled by a constant; the logged norm does not
+    norms = [[e["grad_norm"] for e in log if "loss" in e] for log in (one, two)]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)
+    assert_same_weights(trainer_runs[1] / "checkpoint-5", trainer_runs[2] / "checkpoint-5")
+    # the main process alone wrote the averaged model, and it is whole
+    assert_same_weights(trainer_runs[2] / "checkpoint-5", trainer_runs[2] / "final")
+
+
+def test_trainer_evaluation_on_two_processes_returns_one_prediction_per_example(trainer_runs, tmp_path):
+    # Seq2SeqTrainer.predict itself gathers with `gather`, which keeps the example accelerate repeats to give both
+    # processes 4 batches of 2: 8 rows for 7 pairs
+    script = ROOT / "tests" / "distributed_predict.py"
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    launch(script, 1, str(one))
+    launch(script, 2, str(two))
+    single, distributed = json.loads(one.read_text()), json.loads(two.read_text())
+    assert len(single) == len(distributed) == VALID_PAIRS
+    assert distributed == single  # the same greedy translations in dataset order
+    assert len({tuple(row) for row in single}) > 2
+    # the CLI run evaluated on 7 pairs as well, with the same scores on one and two processes
+    one_log, two_log = ([e for e in trainer_log(trainer_runs[n]) if "eval_bleu" in e][0] for n in (1, 2))
+    for metric in ("eval_gen_len", "eval_bleu", "eval_chrf"):
+        assert two_log[metric] == pytest.approx(one_log[metric], rel=1e-9, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def no_trainer_runs(tmp_path_factory) -> dict[int, Path]:
+    """The accelerate loop: 1 process × 4 pairs and 2 processes × 2 pairs, 2 accumulated batches per update, on 40
+    pairs (an epoch is 5 updates); validation batches of 2 pairs per process."""
+    runs = {}
+    for processes, batch in ((1, 4), (2, 2)):
+        runs[processes] = tmp_path_factory.mktemp(f"no_trainer{processes}")
+        launch("train_no_trainer.py", processes, *COMMON, "--output-dir", str(runs[processes]),
+               "--per-device-batch-size", str(batch), "--gradient-accumulation-steps", "2", "--train-samples", "40",
+               "--eval-batch-size", "2", "--save-steps", "100", "--eval-steps", "100")  # fmt: skip
+    return runs
+
+
+def no_trainer_log(run: Path) -> dict:
+    return json.loads((run / "train_log.json").read_text())
+
+
+def test_no_trainer_loop_on_two_processes_follows_one_process_with_twice_the_batch(no_trainer_runs):
+    one, two = (no_trainer_log(no_trainer_runs[n]) for n in (1, 2))
+    assert_same_losses(one["losses"], two["losses"])
+    assert one["losses"][-1] < one["losses"][0]
+    assert two["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-4)
+    assert_same_weights(no_trainer_runs[1] / "final", no_trainer_runs[2] / "final")
+    # accelerator.save_model + config files: a folder that from_pretrained loads with exactly the saved weights
+    model = AutoModelForSeq2SeqLM.from_pretrained(no_trainer_runs[2] / "final")
+    saved = load_file(no_trainer_runs[2] / "final" / "model.safetensors")
+    for name, tensor in model.state_dict().items():
+        if name in saved:
+            torch.testing.assert_close(tensor, saved[name], rtol=0, atol=0)
+    assert torch.equal(model.lm_head.weight, saved["model.shared.weight"])  # tied, stored once
+
+
+def test_no_trainer_evaluation_on_two_processes_returns_one_prediction_per_example(no_trainer_runs):
+    one, two = (no_trainer_log(no_trainer_runs[n]) for n in (1, 2))
+    assert len(one["predictions"]) == len(two["predictions"]) == VALID_PAIRS
+    assert two["evaluations"][-1]["n"] == VALID_PAIRS
+    # the same translations in dataset order; distinct sentences, so a repeated or dropped one would show
+    assert two["predictions"] == one["predictions"]
+    assert len(set(one["predictions"])) > 1
+    assert two["evaluations"][-1]["bleu"] == pytest.approx(one["evaluations"][-1]["bleu"], rel=1e-9, abs=1e-12)
+
+
+def test_no_trainer_resume_with_load_state_reproduces_the_uninterrupted_run(tmp_path):
+    # token batches on 2 processes: 40 pairs make 7 batches of ≤140 tokens, 4 per process (one repeated by
+    # even_batches), 2 per update: the checkpoint after update 5 falls inside the third epoch, so resuming sets
+    # the epoch and skips that update's batches
+    args = [*COMMON, "--max-steps", "7", "--max-tokens", "140", "--gradient-accumulation-steps", "2",
+            "--train-samples", "40", "--save-steps", "5", "--eval-steps", "100", "--eval-samples", "2"]  # fmt: skip
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    launch("train_no_trainer.py", 2, *args, "--output-dir", str(straight))
+    # an interrupted run: what the first one had written when it saved its checkpoint
+    resumed.mkdir()
+    for name in ("checkpoint-5", "tokenizer", "train_log.json"):
+        source = straight / name
+        shutil.copytree(source, resumed / name) if source.is_dir() else shutil.copy(source, resumed / name)
+    launch("train_no_trainer.py", 2, *args, "--output-dir", str(resumed))
+    assert_same_weights(straight / "final", resumed / "final")
+    first, second = no_trainer_log(straight)["losses"], no_trainer_log(resumed)["losses"]
+    assert len(first) == len(second) == 7
+    assert second[5:] == pytest.approx(first[5:], rel=1e-6)
+
+
+def test_token_batches_shard_into_whole_batches_per_process():
+    """What accelerate does with our sampler on N processes: process i takes batches i, i+N, ... of the shuffled
+    epoch; with no fixed batch size (`even_batches`) a process short of a batch repeats the first ones; the epoch
+    set on our sampler still reshuffles."""
+    lengths = [3 + i % 11 for i in range(60)]
+    sampler = TokenBudgetBatchSampler(lengths, lengths, max_tokens=60, seed=1)
+    batches = list(sampler)
+    assert len(batches) % 2 == 1  # the uneven case
+    shards = [BatchSamplerShard(sampler, num_processes=2, process_index=i) for i in range(2)]
+    assert [len(s) for s in shards] == [len(batches) // 2 + 1] * 2
+    taken = [list(s) for s in shards]
+    assert taken[0] == batches[0::2]
+    assert taken[1] == batches[1::2] + [batches[0]]
+    sampler.set_epoch(1)
+    assert list(shards[0]) != taken[0] and sorted(map(sorted, list(sampler))) == sorted(map(sorted, batches))

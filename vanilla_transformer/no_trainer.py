@@ -1,0 +1,307 @@
+"""The paper's training recipe (§5) as a plain `accelerate` loop, in the style of transformers'
+`examples/pytorch/translation/run_translation_no_trainer.py`: the same data, tokenizer, model, token batches (§5.1),
+Adam and schedule (§5.3) and label smoothing (§5.4) as `training.train`, with every step written out.
+
+One process, `torchrun`/`accelerate launch` over N processes (DDP), FSDP and mixed precision all run this one loop;
+`accelerate` decides which from its launcher or config. An update is the same under all of them: the gradient of the
+summed smoothed cross-entropy of every micro-batch on every process, divided by the target tokens of all of them, so
+N processes with batches of b pairs give exactly the update of one process with batches of N·b.
+"""
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, set_seed
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.dynamic_module_utils import custom_object_save
+
+from .checkpoints import list_checkpoints
+from .data.batching import TokenBudgetBatchSampler, accumulation_steps
+from .data.corpora import load_corpus, tokenize_pairs
+from .evaluation import IGNORED_LABEL_ID, score_translations
+from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
+from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate
+from .training import build_model, build_tokenizer
+
+LOG_FILE = "train_log.json"
+
+
+@dataclass
+class NoTrainerRun:
+    """What a run of `train_no_trainer` did: the loss and gradient norm of every update (global, over all processes
+    and micro-batches), the last evaluation and where the model went."""
+
+    output_dir: Path
+    final_dir: Path
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    evaluations: list[dict] = field(default_factory=list)
+    predictions: list[str] = field(default_factory=list)
+    train_seconds: float = 0.0
+
+
+def evaluate_translations(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    loader: DataLoader,
+    tokenizer: PreTrainedTokenizerBase,
+    num_beams: int = 1,
+) -> tuple[list[str], list[str]]:
+    """Translate a prepared (sharded) evaluation loader on every process and return `(hypotheses, references)` of the
+    whole set, in dataset order, on every process.
+
+    Each process decodes its own batches with `unwrap_model(model).generate` (the paper's decoding from the
+    generation config unless `num_beams` overrides it). `accelerate` pads the last batches so that every process has
+    as many as the others; `gather_for_metrics` drops those repeated examples again, so each example is counted once.
+    """
+    unwrapped = accelerator.unwrap_model(model)
+    was_training = unwrapped.training
+    unwrapped.eval()
+    hypotheses, references = [], []
+    pad = tokenizer.pad_token_id
+    for batch in loader:
+        with torch.inference_mode():
+            generated = unwrapped.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams
+            )
+        # processes decode to different lengths; gathering needs one shape
+        generated = accelerator.pad_across_processes(generated, dim=1, pad_index=pad)
+        labels = accelerator.pad_across_processes(batch["labels"], dim=1, pad_index=IGNORED_LABEL_ID)
+        generated, labels = accelerator.gather_for_metrics((generated, labels))
+        labels = labels.masked_fill(labels == IGNORED_LABEL_ID, pad)
+        hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        references += [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+    unwrapped.train(was_training)
+    return hypotheses, references
+
+
+def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """What `save_pretrained` writes besides the weights: the two code files with an `auto_map` (so the folder also
+    loads with `trust_remote_code=True` without this package), config, generation config, and the tokenizer."""
+    if model._auto_class is not None:
+        # as VanillaTransformerPreTrainedModel.save_pretrained: an entry for every Auto class, not only the saved one
+        model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), **REMOTE_AUTO_MAP}
+        custom_object_save(model, folder, config=model.config)
+    model.config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def save_checkpoint(accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, keep: int) -> None:
+    """`accelerator.save_state` (weights as `model.safetensors`, optimizer, schedule, random states) plus config,
+    generation config and tokenizer, so that a checkpoint also loads with `from_pretrained` and averages with
+    `checkpoints.average_checkpoints` (§6.1) like the Trainer's. Only the newest `keep` checkpoints are kept."""
+    accelerator.save_state(str(folder), safe_serialization=True)
+    if accelerator.is_main_process:
+        save_model_files(accelerator.unwrap_model(model), tokenizer, folder)
+        for old in list_checkpoints(folder.parent)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+
+
+def save_final_model(accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path) -> None:
+    """Weights through `accelerator.save_model` (it gathers them from FSDP shards; safetensors, the tied matrix
+    once), with `save_model_files` beside them: a folder for `from_pretrained`."""
+    accelerator.save_model(model, str(folder), safe_serialization=True)
+    if accelerator.is_main_process:
+        save_model_files(accelerator.unwrap_model(model), tokenizer, folder)
+    accelerator.wait_for_everyone()
+
+
+def train_no_trainer(
+    preset: TrainingPreset,
+    output_dir: str | Path,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    seed: int = 0,
+    per_device_batch_size: int | None = None,
+    gradient_accumulation_steps: int | None = None,
+    max_grad_norm: float = 0.0,
+    mixed_precision: str | None = None,
+    resume: bool = True,
+    eval_beams: int = 1,
+    eval_samples: int | None = None,
+    eval_batch_size: int = 64,
+    train_samples: int | None = None,
+    log_steps: int = 50,
+    threads: int | None = None,
+) -> NoTrainerRun:
+    """Train `preset` into `output_dir` with a hand-written `accelerate` loop; resume from the newest
+    `checkpoint-N` there when `resume`. Launch it once per process (`accelerate launch`, `torchrun`).
+
+    Batches are token budgets of `preset.max_tokens` padded tokens per process (§5.1), or `per_device_batch_size`
+    pairs when given. Gradient accumulation defaults to about `preset.tokens_per_update` tokens per update counted
+    over all processes. `max_grad_norm=0` clips nothing, as the paper. Validation (greedy unless `eval_beams`) runs
+    every `preset.eval_steps` updates and at the end on the first `eval_samples` valid pairs; checkpoints every
+    `preset.save_steps` (the newest `preset.average_last` are kept); the final weights go to `output_dir/final`.
+    The loss and gradient norm of every update, each evaluation and the last validation translations go to
+    `output_dir/train_log.json`.
+    """
+    output = Path(output_dir)
+    accelerator = Accelerator(
+        # without a GPU, accelerate forms a multi-process (gloo) group only when told it runs on the CPU
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=mixed_precision,
+        # the paper's schedule counts updates, so the scheduler steps once per update, not once per process
+        step_scheduler_with_optimizer=False,
+        # pairs drawn by a sampler seeded from (seed, epoch) alone: the same permutation on every process and for any
+        # number of processes, and again after a resume
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+    )
+    if threads:
+        torch.set_num_threads(threads)
+    set_seed(seed)
+    if accelerator.is_main_process:
+        output.mkdir(parents=True, exist_ok=True)
+        (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
+
+    # the main process trains and saves the tokenizer (and fills the `datasets` cache) before the others read them
+    with accelerator.main_process_first():
+        train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+        valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
+        tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)
+    if train_samples:
+        train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
+    if eval_samples:
+        valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
+    train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+    valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+    accelerator.print(f"train: {train_report}\nvalid: {valid_report}")
+
+    model = build_model(preset, tokenizer)
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
+    tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
+    if per_device_batch_size:
+        # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
+        sampler = None
+        train_loader = DataLoader(train_set, batch_size=per_device_batch_size, shuffle=True, collate_fn=collator)
+        tokens_per_batch = per_device_batch_size * tokens / len(train_set)
+    else:
+        # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
+        # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
+        sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
+        train_loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=collator)
+        tokens_per_batch = sampler.tokens_per_batch()
+    accumulation = gradient_accumulation_steps or accumulation_steps(
+        preset.tokens_per_update, tokens_per_batch * accelerator.num_processes
+    )
+    accelerator.gradient_accumulation_steps = accumulation
+    valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
+
+    learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
+    # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9, no weight decay
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = paper_schedule(optimizer, preset.warmup_steps)
+    model, optimizer, train_loader, valid_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, valid_loader, scheduler
+    )
+    accelerator.print(
+        f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train_set)} pairs, {tokens:,} tokens; "
+        f"{len(train_loader)} batches per process and epoch on {accelerator.num_processes} process(es); "
+        f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
+        f"{preset.warmup_steps}"
+    )
+
+    run = NoTrainerRun(output, output / "final")
+    updates = 0
+    checkpoint = list_checkpoints(output)[-1] if resume and output.is_dir() and list_checkpoints(output) else None
+    if checkpoint is not None:
+        accelerator.load_state(str(checkpoint))
+        updates = int(checkpoint.name.split("-")[-1])
+        if (output / LOG_FILE).is_file():
+            log = json.loads((output / LOG_FILE).read_text())
+            run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
+            run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
+        accelerator.print(f"resuming from {checkpoint}")
+    # the last update of an epoch takes the batches left over, however few
+    updates_per_epoch = math.ceil(len(train_loader) / accumulation)
+    epoch, updates_in_epoch = divmod(updates, updates_per_epoch)
+    smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
+
+    def write_log() -> None:
+        if accelerator.is_main_process:
+            log = {
+                "losses": run.losses,
+                "grad_norms": run.grad_norms,
+                "evaluations": run.evaluations,
+                "predictions": run.predictions,
+            }
+            (output / LOG_FILE).write_text(json.dumps(log, indent=1) + "\n")
+
+    def validate() -> None:
+        hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)
+        scores = score_translations(hypotheses, references)
+        run.evaluations.append(
+            {"step": updates, "bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"], "n": len(hypotheses)}
+        )
+        run.predictions = hypotheses
+        accelerator.print(f"step {updates}: {run.evaluations[-1]}")
+        write_log()
+
+    start = time.perf_counter()
+    model.train()
+    # the loss and target tokens summed over the micro-batches of this process since the last update
+    summed = torch.zeros(2, device=accelerator.device)
+    while updates < preset.max_steps:
+        # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
+        train_loader.set_epoch(epoch)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        loader = train_loader
+        if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
+            loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)
+            updates_in_epoch = 0
+        for batch in loader:
+            with accelerator.accumulate(model):
+                labels = batch.pop("labels")
+                outputs = model(**batch)
+                # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
+                loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
+                accelerator.backward(loss)
+                summed += torch.stack([loss.detach().float(), (labels != IGNORED_LABEL_ID).sum().float()])
+                if accelerator.sync_gradients:
+                    loss_sum, target_tokens = accelerator.reduce(summed, reduction="sum").tolist()
+                    # DDP averaged the gradients over the processes and accelerator.backward divided them by the
+                    # accumulation steps: undo both and divide by the update's target tokens (fairseq's scheme)
+                    scale = accelerator.num_processes * accumulation / target_tokens
+                    for parameter in model.parameters():
+                        if parameter.grad is not None:
+                            parameter.grad.mul_(scale)
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
+                optimizer.step()
+                if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+                    scheduler.step()
+                optimizer.zero_grad()
+            if not accelerator.sync_gradients:
+                continue
+            updates += 1
+            summed.zero_()
+            run.losses.append(loss_sum / target_tokens)
+            run.grad_norms.append(float(grad_norm))
+            if updates % log_steps == 0:
+                accelerator.print(
+                    f"step {updates}: loss {run.losses[-1]:.4f}, grad norm {run.grad_norms[-1]:.3f}, "
+                    f"lr {scheduler.get_last_lr()[0]:.2e}, {target_tokens:.0f} target tokens"
+                )
+                write_log()
+            if updates % preset.eval_steps == 0 and updates < preset.max_steps:
+                validate()
+            if updates % preset.save_steps == 0:
+                save_checkpoint(accelerator, model, tokenizer, output / f"checkpoint-{updates}", preset.average_last)
+            if updates >= preset.max_steps:
+                break
+        epoch += 1
+    run.train_seconds = time.perf_counter() - start
+
+    validate()
+    save_final_model(accelerator, model, tokenizer, run.final_dir)
+    accelerator.print(f"final model: {run.final_dir}")
+    accelerator.end_training()
+    return run
