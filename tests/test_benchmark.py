@@ -1,0 +1,89 @@
+"""The benchmark measures what it says: the same work for every model, and a report with every figure."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from vanilla_transformer import benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+WORKLOADS = benchmark.Workloads(
+    train_batch_size=4, train_source_length=8, train_target_length=6, generate_source_length=7, new_tokens=5,
+    greedy_batch_sizes=(1, 3), beam_batch_size=2, num_beams=3,
+)  # fmt: skip
+
+
+def tiny_config():
+    return benchmark.vanilla_config("multi30k", vocab_size=101, **TINY)
+
+
+def test_marian_and_torch_models_have_the_same_dimensions():
+    config = tiny_config()
+    ours, marian, plain = (benchmark.build_model(name, config) for name in benchmark.MODELS)
+    count = lambda model: sum(p.numel() for p in model.parameters() if p.requires_grad)  # noqa: E731
+    # Marian's attention projections carry biases the paper's do not; everything trained is the same size
+    d, attention_blocks = config.d_model, config.encoder_layers + 2 * config.decoder_layers
+    assert count(marian) - count(ours) == attention_blocks * 4 * d
+    assert marian.config.activation_function == "relu" and marian.config.scale_embedding
+    assert marian.get_input_embeddings().weight is marian.lm_head.weight  # shared and tied, as ours
+    # nn.Transformer's stacks end with an extra LayerNorm each, its attention has biases, the sizes match
+    assert count(plain) - count(ours) == attention_blocks * 4 * d + 2 * 2 * d
+
+
+def test_every_model_generates_exactly_the_asked_number_of_tokens():
+    config = tiny_config()
+    batch = benchmark.random_batch(3, 7, 2, config.vocab_size)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    for name in benchmark.MODELS:
+        model = benchmark.build_model(name, config).eval()
+        with torch.no_grad():  # EOS made the likeliest token: only the minimum length keeps it out
+            weight = model.lm_head.weight if name != "torch" else model.embed.weight
+            weight[benchmark.EOS] = 10 * weight.abs().max()
+        for num_beams in (1, 3) if name != "torch" else (1,):
+            if name == "torch":
+                output = model.greedy(inputs["input_ids"], inputs["attention_mask"], 5)
+            else:
+                options = {"num_beams": num_beams, "max_new_tokens": 5, "min_new_tokens": 5}
+                output = model.generate(**inputs, **options)
+            assert output.shape == (3, 6), (name, num_beams)
+            assert not (output[:, 1:] == benchmark.EOS).any(), (name, num_beams)
+
+
+def test_the_script_writes_a_report_and_a_table(tmp_path):
+    report_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/benchmark.py"), "--preset", "multi30k", "--vocab-size", "101",
+         "--repeats", "2", "--threads", "1", "--train-batch-size", "4", "--new-tokens", "4",
+         "--output", str(report_path)],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert set(report["speed"]) == {"train", "greedy_b1", "greedy_b32", "beam4_b8"}
+    for job, by_model in report["speed"].items():
+        expected = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
+        assert set(by_model) == expected
+        for result in by_model.values():
+            assert len(result["seconds"]) == 2 and result["tokens_per_second"] > 0
+        ratio = by_model["vanilla"]["tokens_per_second"] / by_model["marian"]["tokens_per_second"]
+        assert abs(report["ratios"][job] - ratio) < 1e-9
+    assert all(report["memory"][name] > 0 for name in benchmark.MODELS)
+    assert report["peak_flops_per_second"] > 1e8
+    assert "| greedy_b32 |" in done.stdout and "| peak training memory |" in done.stdout
+
+
+def test_flop_counts_follow_the_dimensions():
+    config = tiny_config()
+    encoder, decoder, cross_kv = benchmark.matmul_params(config)
+    d, ffn = config.d_model, config.encoder_ffn_dim
+    assert encoder == 2 * (4 * d * d + 2 * d * ffn)
+    assert decoder == 2 * (6 * d * d + 2 * d * ffn) + d * config.vocab_size
+    assert cross_kv == 2 * 2 * d * d
+    # twice the batch, twice the FLOPs
+    small = benchmark.random_batch(2, 8, 6, config.vocab_size)
+    large = benchmark.random_batch(4, 8, 6, config.vocab_size)
+    assert benchmark.training_flops(config, large) == 2 * benchmark.training_flops(config, small)
