@@ -280,7 +280,10 @@ class HubHandler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def json_body(self) -> dict:
+        """The body as JSON, or as a form (`paths-info` posts `paths=a&paths=b`: lists stay lists)."""
         data = self.body()
+        if self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
+            return parse_qs(data.decode())
         return json.loads(data) if data else {}
 
     def user(self) -> str | None:

@@ -12,7 +12,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer import TRAINING_ARGS_NAME
-from transformers.trainer_utils import HubStrategy
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy
 
 from .data.batching import TokenBudgetBatchSampler
 
@@ -172,17 +172,19 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     """
 
     def __init__(self, *args, max_tokens: int, warmup_steps: int, batching_seed: int = 0, **kwargs):
+        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if arguments is not None and arguments.push_to_hub and arguments.hub_strategy != HubStrategy.END:
+            # checked before Trainer.__init__, which creates the repo: transformers' per-checkpoint pushes upload
+            # weights without the code files or card, plus a pickle
+            raise ValueError(
+                f"hub_strategy={arguments.hub_strategy.value!r} would push every checkpoint's weights without the "
+                f"code files and card, with a pickled training_args.bin; set hub_strategy='end' and call "
+                f"trainer.push_to_hub() after train() for one complete repo."
+            )
         self.max_tokens = max_tokens
         self.warmup_steps = warmup_steps
         self.batching_seed = batching_seed
         super().__init__(*args, **kwargs)
-        if self.args.push_to_hub and self.args.hub_strategy != HubStrategy.END:
-            # transformers' per-checkpoint pushes upload weights without the code files or card, plus a pickle
-            raise ValueError(
-                f"hub_strategy={self.args.hub_strategy.value!r} would push every checkpoint's weights without the "
-                f"code files and card, with a pickled training_args.bin; set hub_strategy='end' and call "
-                f"trainer.push_to_hub() after train() for one complete repo."
-            )
 
     def train_batch_sampler(self) -> TokenBudgetBatchSampler:
         return TokenBudgetBatchSampler.for_dataset(self.train_dataset, self.max_tokens, seed=self.batching_seed)
@@ -209,10 +211,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict=state_dict)
-        # The run's root folder is what push_to_hub uploads: keep the pickled TrainingArguments (loading a pickle
-        # runs code) out of it; checkpoints keep theirs for resuming.
-        if Path(output_dir or self.args.output_dir).resolve() == Path(self.args.output_dir).resolve():
-            (Path(self.args.output_dir) / TRAINING_ARGS_NAME).unlink(missing_ok=True)
+        # A saved model folder is for sharing (push_to_hub uploads the output folder): keep the pickled
+        # TrainingArguments, which runs code when loaded, out of it; checkpoints, which are for resuming, keep theirs.
+        folder = Path(output_dir or self.args.output_dir)
+        if not folder.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-"):
+            (folder / TRAINING_ARGS_NAME).unlink(missing_ok=True)
 
     def create_model_card(
         self,
