@@ -235,8 +235,9 @@ def _count_parameters(weights: Path) -> int:
 def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard | None:
     """Render a card for a folder that has none, from its run's records; None when there are none.
 
-    A release folder has `results.json` (`scripts/release.py`); a training job's folder (`<run>/final`, or a Trainer
-    `output_dir`) has the run's `trainer_state.json` in its newest checkpoint and `preset.json` beside it.
+    A release folder has `results.json` (`scripts/release.py`); a training job's folder (`<run>/final`, as
+    `scripts/train.py` leaves it) has the run's `trainer_state.json` in its newest checkpoint and `preset.json`
+    beside it.
     """
     folder = Path(folder)
     name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
@@ -252,7 +253,9 @@ def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard
         return None
     state = json.loads(state_file.read_text())
     preset_file = next((p for p in (folder / "preset.json", folder.parent / "preset.json") if p.is_file()), None)
-    preset = json.loads(preset_file.read_text()) if preset_file else None
+    if preset_file is None:  # without it the training data is unknown, and the card's `datasets` would be a guess
+        return None
+    preset = json.loads(preset_file.read_text())
     return card_from_training_log(
         name,
         state["log_history"],
@@ -261,7 +264,7 @@ def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard
         epoch=state.get("epoch") or 0.0,
         parameters=_count_parameters(folder / "model.safetensors"),
         preset=preset,
-        dataset=dataset_id(preset["corpus"]) if preset else "unknown",
+        dataset=dataset_id(preset["corpus"]),
         repo_id=repo_id,
     )
 
@@ -360,8 +363,8 @@ def _check_card(folder: Path) -> list[str]:
     if not path.is_file():
         return [
             "README.md (the model card) is missing and no training record (results.json, or the run's "
-            "trainer_state.json) was found to render one from model_cards/template.md: write one or release the "
-            "run with scripts/release.py."
+            "trainer_state.json and preset.json) was found to render one from model_cards/template.md: write one "
+            "or release the run with scripts/release.py."
         ]
     try:
         data = ModelCard.load(path).data
