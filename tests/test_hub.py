@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import HUB, HUB_USER, tiny_config
+from conftest import HUB, HUB_USER, tiny_config, tiny_model
 from huggingface_hub import HfApi, ModelCard, hf_hub_download, snapshot_download
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
@@ -34,6 +34,7 @@ from vanilla_transformer.hub import (
     find_pickles,
     push_folder,
     render_model_card,
+    training_hyperparameters,
     validate_folder,
 )
 from vanilla_transformer.recipe import VanillaTransformerTrainer, get_training_preset, label_smoothed_loss
@@ -199,10 +200,12 @@ def test_trainer_push_to_hub_uploads_a_complete_repo(run, api, tmp_path):
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
 
 
-def test_trainer_refuses_per_checkpoint_pushes(run, tmp_path):
+def test_trainer_refuses_per_checkpoint_pushes(tmp_path):
     arguments = Seq2SeqTrainingArguments(output_dir=str(tmp_path), push_to_hub=True, hub_model_id="x/y", report_to=[])
+    requests = len(HUB.state.requests)
     with pytest.raises(ValueError, match="set hub_strategy='end'"):
-        VanillaTransformerTrainer(model=run.trainer.model, args=arguments, max_tokens=100, warmup_steps=1)
+        VanillaTransformerTrainer(model=tiny_model(), args=arguments, max_tokens=100, warmup_steps=1)
+    assert HUB.state.requests[requests:] == []  # refused before the Trainer creates the repo
 
 
 def test_model_push_to_hub_uploads_code_files_and_auto_map_and_the_card_completes_it(
@@ -310,13 +313,15 @@ def test_an_incomplete_folder_gets_every_problem_and_nothing_is_sent(run, tmp_pa
     assert HUB.state.requests[requests:] == []  # checked before any request
 
 
-def test_large_weights_go_through_git_lfs(builtin_tokenizer, run, api, tmp_path):
+def test_large_weights_go_through_git_lfs(builtin_tokenizer, api, tmp_path):
     folder = tmp_path / "large"
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=6000, d_model=256, encoder_ffn_dim=128))
     model.save_pretrained(folder)
     builtin_tokenizer.save_pretrained(folder)
-    shutil.copy(run.dir / "README.md", folder / "README.md")
+    training = {"summary": "untrained", "hyperparameters": training_hyperparameters(model.config.to_dict())}
+    results = {"valid": {"sacrebleu": 0.0, "chrf": 0.0}}
+    render_model_card("large", results, training, dataset="builtin-en-de-grammar").save(folder / "README.md")
     weights = folder / "model.safetensors"
     assert weights.stat().st_size > 10 * 2**20
     requests = len(HUB.state.requests)
