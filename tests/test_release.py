@@ -66,7 +66,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path):
         "configuration_vanilla_transformer.py",
         "modeling_vanilla_transformer.py",
     ):
-        (model_files / name).write_bytes((RELEASE / name).read_bytes())  # fmt: skip
+        (model_files / name).write_bytes((RELEASE / name).read_bytes())
     release = write_release(model_files, tmp_path / "release", results, training)
     card = ModelCard.load(release / "README.md")
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
