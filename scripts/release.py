@@ -14,6 +14,7 @@ import torch
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.hub import training_hyperparameters
 from vanilla_transformer.release import evaluate_release, write_release
 
 
@@ -56,27 +57,7 @@ def main() -> None:
         "wall_clock_hours": round(hours, 2),
         "hardware": args.hardware,
         "averaged_checkpoints": [p.name for p in averaged],
-        "hyperparameters": {
-            **{
-                k: config[k]
-                for k in (
-                    "d_model",
-                    "encoder_layers",
-                    "decoder_layers",
-                    "encoder_attention_heads",
-                    "encoder_ffn_dim",
-                    "dropout",
-                    "vocab_size",
-                )
-            },  # fmt: skip
-            **{
-                k: preset[k]
-                for k in ("max_tokens", "tokens_per_update", "warmup_steps", "lr_factor", "label_smoothing")
-                if k in preset
-            },  # fmt: skip
-            "optimizer": "Adam(0.9, 0.98, 1e-9)",
-            "decoding": "beam 4, GNMT length penalty 0.6, max input+50",
-        },
+        "hyperparameters": training_hyperparameters(config, preset),
     }
     results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
     write_release(final, args.output_dir, results, training)

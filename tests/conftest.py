@@ -1,11 +1,42 @@
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
-import pytest
-import torch
+# The Hub stand-in (tests/hub_server.py), one per test process (each pytest-xdist worker imports this file). The
+# huggingface_hub client reads HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_DISABLE_XET and HF_HUB_OFFLINE once, when it is
+# first imported (below, through vanilla_transformer → transformers), so the server starts and the variables are set
+# before any of those imports.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hub_server import LocalHub  # noqa: E402  (must precede the imports that load huggingface_hub)
 
-import vanilla_transformer  # noqa: F401  (registers the Auto classes)
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+HUB_USER, HUB_TOKEN = "tester", "hf_tester_write_token"
+HUB = LocalHub({HUB_TOKEN: HUB_USER}).start()
+_HF_HOME = tempfile.mkdtemp(prefix="hf-home-")  # a cache no other run shares, and no stored login
+atexit.register(shutil.rmtree, _HF_HOME, True)
+atexit.register(HUB.stop)
+# scripts/run.sh runs the suite with HF_HUB_OFFLINE=1 so that no test reaches the internet. Hub tests need the client
+# online, and it is safe to turn it on: HF_ENDPOINT sends every request of the client to the server above on
+# 127.0.0.1. `datasets` and `evaluate` keep the offline mode they were given (they have their own variables, and
+# would otherwise look up dataset and metric scripts on that server).
+_offline = os.environ.get("HF_HUB_OFFLINE", "0")
+os.environ.setdefault("HF_DATASETS_OFFLINE", _offline)
+os.environ.setdefault("HF_EVALUATE_OFFLINE", _offline)
+os.environ.update(
+    HF_ENDPOINT=HUB.url,
+    HF_TOKEN=HUB_TOKEN,
+    HF_HOME=_HF_HOME,
+    HF_HUB_DISABLE_XET="1",  # the client uploads through Xet whenever hf_xet is installed; the stand-in has no Xet
+    HF_HUB_OFFLINE="0",
+)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import vanilla_transformer  # noqa: E402, F401  (registers the Auto classes)
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 
 # pytest -n 2 runs two workers on two cores: more threads per worker only make them wait for each other
 torch.set_num_threads(1)

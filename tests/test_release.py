@@ -42,3 +42,36 @@ def test_fifty_test2016_sentences_score_as_the_card_says():
     scores = score_translations(translate(model, tokenizer, sources), references)
     card = json.loads((RELEASE / "results.json").read_text())["results"][f"test2016[:{SMOKE_SENTENCES}]"]
     assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
+
+
+def test_write_release_renders_its_card_from_the_template(tmp_path):
+    from vanilla_transformer.hub import validate_folder
+    from vanilla_transformer.release import write_release
+
+    def scores(bleu: float, chrf: float, tokenized: float | None) -> dict:
+        result = {"bleu": {"score": bleu, "signature": "nrefs:1|sig"}, "chrf": {"score": chrf}}
+        return result | ({"tokenized_bleu": {"score": tokenized}} if tokenized is not None else {})
+
+    results = {"test2016": scores(40.123, 60.0, 41.5), "test2017": scores(33.0, 55.5, 34.25)}
+    results["test2016[:50]"] = scores(39, 59, None)
+    training = json.loads((RELEASE / "results.json").read_text())["training"]
+    model_files = tmp_path / "final"
+    model_files.mkdir()
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "configuration_vanilla_transformer.py",
+        "modeling_vanilla_transformer.py",
+    ):
+        (model_files / name).write_bytes((RELEASE / name).read_bytes())
+    release = write_release(model_files, tmp_path / "release", results, training)
+    card = ModelCard.load(release / "README.md")
+    assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
+        ("test2016", "bleu"): 41.5, ("test2016", "sacrebleu"): 40.12, ("test2016", "chrf"): 60.0,
+        ("test2017", "bleu"): 34.25, ("test2017", "sacrebleu"): 33.0, ("test2017", "chrf"): 55.5,
+    }  # fmt: skip
+    assert "| test2016[:50] | – | 39 | 59 |" in card.text and "python scripts/release.py" in card.text
+    assert validate_folder(release) == []

@@ -4,12 +4,15 @@ label smoothing 0.1 (§5.4), token-based batching (§5.1) with gradient accumula
 import copy
 import math
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
+from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy
 
 from .data.batching import TokenBudgetBatchSampler
 
@@ -163,9 +166,22 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     `max_tokens` bounds the padded source+target tokens of a batch (`None`: the Trainer's batches of
     `args.per_device_train_batch_size` pairs); `warmup_steps` parameterizes the schedule, whose peak is
     `args.learning_rate`.
+
+    With `push_to_hub=True` and `hub_strategy="end"`, `trainer.push_to_hub(dataset=...)` after training uploads a
+    complete repo: weights, config with `auto_map`, the two code files, tokenizer, and the project's model card
+    (`model_cards/template.md`, with the last evaluation's scores), without the pickled `training_args.bin`.
     """
 
     def __init__(self, *args, max_tokens: int | None, warmup_steps: int, batching_seed: int = 0, **kwargs):
+        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if arguments is not None and arguments.push_to_hub and arguments.hub_strategy != HubStrategy.END:
+            # checked before Trainer.__init__, which creates the repo: transformers' per-checkpoint pushes upload
+            # weights without the code files or card, plus a pickle
+            raise ValueError(
+                f"hub_strategy={arguments.hub_strategy.value!r} would push every checkpoint's weights without the "
+                f"code files and card, with a pickled training_args.bin; set hub_strategy='end' and call "
+                f"trainer.push_to_hub() after train() for one complete repo."
+            )
         self.max_tokens = max_tokens
         self.warmup_steps = warmup_steps
         self.batching_seed = batching_seed
@@ -201,6 +217,60 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # repeats so that every process gets as many batches: under N processes BLEU would count some sentences twice
         self.gather_function = self.accelerator.gather_for_metrics
         return super().evaluation_loop(*args, **kwargs)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        super()._save(output_dir, state_dict=state_dict)
+        # A saved model folder is for sharing (push_to_hub uploads the output folder): keep the pickled
+        # TrainingArguments, which runs code when loaded, out of it; checkpoints, which are for resuming, keep theirs.
+        folder = Path(output_dir or self.args.output_dir)
+        if not folder.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-"):
+            (folder / TRAINING_ARGS_NAME).unlink(missing_ok=True)
+
+    def create_model_card(
+        self,
+        language: str | list[str] | None = None,
+        license: str | None = None,  # noqa: A002  (the name Trainer.push_to_hub passes)
+        tags: str | list[str] | None = None,
+        model_name: str | None = None,
+        finetuned_from: str | None = None,
+        tasks: str | list[str] | None = None,
+        dataset_tags: str | list[str] | None = None,
+        dataset: str | list[str] | None = None,
+        dataset_args: str | list[str] | None = None,
+    ) -> None:
+        """Write the card `push_to_hub` uploads: `model_cards/template.md` with YAML metadata (license, languages,
+        dataset, `model-index` from the last evaluation) instead of transformers' generic draft. `dataset` names the
+        training data (`trainer.push_to_hub(dataset="multi30k")`); `language` is the (source, target) pair,
+        `["en", "de"]` by default."""
+        if not self.is_world_process_zero():
+            return
+        # the card template belongs to the Hub stage, later in the pipeline than the recipe: import it only here
+        from .hub import card_from_training_log
+
+        names = dataset if dataset is not None else dataset_tags
+        if not names:
+            raise ValueError(
+                "the model card needs the training data's name for its metadata: "
+                "trainer.push_to_hub(dataset='multi30k') (a Hub dataset id or a short name)."
+            )
+        languages = [language] if isinstance(language, str) else list(language or ["en", "de"])
+        if len(languages) != 2:
+            raise ValueError(f"language={language!r}: give the (source, target) pair, e.g. ['en', 'de'].")
+        model = self.accelerator.unwrap_model(self.model)
+        card = card_from_training_log(
+            model_name or Path(self.args.output_dir).name,
+            self.state.log_history,
+            model.config.to_dict(),
+            global_step=self.state.global_step,
+            epoch=self.state.epoch or 0.0,
+            parameters=sum(p.numel() for p in model.parameters()),
+            preset={"max_tokens": self.max_tokens, "warmup_steps": self.warmup_steps},
+            dataset=names if isinstance(names, str) else names[0],
+            languages=(languages[0], languages[1]),
+            repo_id=self.hub_model_id,
+            license=license or "apache-2.0",
+        )
+        card.save(Path(self.args.output_dir) / "README.md")
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:

@@ -6,18 +6,32 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-_SCRIPT = """
-import builtins, json, sys
-real_import = builtins.__import__
-def guarded_import(name, *args, **kwargs):
-    if name.split(".")[0] == "vanilla_transformer":
-        raise ImportError("vanilla_transformer is blocked in this process")
-    return real_import(name, *args, **kwargs)
-builtins.__import__ = guarded_import
+# First lines of every clean process: `vanilla_transformer` is installed (editable) in the development environment,
+# so a finder placed before all others refuses it, for `import` and `importlib` alike; the process checks that.
+_BLOCK_PACKAGE = """
+import importlib.abc, sys
+class BlockPackage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vanilla_transformer":
+            raise ImportError("vanilla_transformer is blocked in this process")
+sys.meta_path.insert(0, BlockPackage())
+try:
+    import vanilla_transformer
+except ImportError:
+    pass
+else:
+    raise SystemExit("vanilla_transformer is importable in the clean process")
+"""
+
+_SCRIPT = (
+    _BLOCK_PACKAGE
+    + """
+import json
 import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 folder, inputs_file, generate_kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -27,6 +41,66 @@ base = AutoModel.from_pretrained(folder, trust_remote_code=True)
 assert type(base).__name__ == "VanillaTransformerModel", type(base)
 print(json.dumps(model.generate(**torch.load(inputs_file), **generate_kwargs).tolist()))
 """
+)
+
+
+_TRANSLATE_SCRIPT = (
+    _BLOCK_PACKAGE
+    + """
+import json
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+request = json.loads(sys.argv[1])
+results = []
+for source, revision in request["models"]:
+    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(source, revision=revision, trust_remote_code=True).eval()
+    assert model.__module__.startswith("transformers_modules."), model.__module__
+    base = AutoModel.from_pretrained(source, revision=revision, trust_remote_code=True)
+    assert type(base).__name__ == "VanillaTransformerModel", type(base)
+    batch = tokenizer(request["sentences"], return_tensors="pt", padding=True)
+    ids = model.generate(**batch, **request["generate_kwargs"])
+    results.append({"ids": ids.tolist(), "texts": tokenizer.batch_decode(ids, skip_special_tokens=True)})
+print(json.dumps(results))
+"""
+)
+
+
+def _run_clean(script: str, args: list[str], env: dict[str, str], scratch: str) -> str:
+    """Run `script` in a fresh interpreter whose working folder is not the project root (whose
+    `vanilla_transformer/` folder would be importable) and whose PYTHONPATH is empty; return its last output line."""
+    env = dict(env, PYTHONPATH="", HF_HOME=str(Path(scratch) / "hf_home"))  # an empty cache, as on a new machine
+    # as many threads as this process uses: on a busy machine torch's default (one per core) only makes them wait
+    env["OMP_NUM_THREADS"] = str(torch.get_num_threads())
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"Loading as remote code in a clean process failed:\n{result.stderr[-4000:]}")
+    return result.stdout.strip().splitlines()[-1]
+
+
+def translate_without_package(
+    sentences: list[str], models: Sequence[str | Path | tuple[str, str | None]], **generate_kwargs
+) -> list[dict]:
+    """Load each of `models` with `trust_remote_code=True` (`AutoTokenizer`, `AutoModelForSeq2SeqLM`, `AutoModel`)
+    in one clean process and translate `sentences` with each: `[{"ids", "texts"}]`, in the order of `models`.
+
+    A model is a saved folder (loaded offline), a Hub repo id, or a `(repo id, revision)` pair; repos are downloaded
+    into an empty cache through this process's `HF_ENDPOINT` and `HF_TOKEN`.
+    """
+    pairs = [(str(model), None) if isinstance(model, str | Path) else (str(model[0]), model[1]) for model in models]
+    online = any(not Path(source).is_dir() for source, _ in pairs)
+    request = {"sentences": sentences, "models": pairs, "generate_kwargs": generate_kwargs}
+    with tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ, HF_HUB_OFFLINE="0" if online else "1")
+        line = _run_clean(_TRANSLATE_SCRIPT, [json.dumps(request)], env, scratch)
+    return json.loads(line)
 
 
 def generate_without_package(folder: str | Path, inputs: dict[str, torch.Tensor], **generate_kwargs) -> list:
@@ -35,16 +109,6 @@ def generate_without_package(folder: str | Path, inputs: dict[str, torch.Tensor]
     with tempfile.TemporaryDirectory() as scratch:
         inputs_file = Path(scratch) / "inputs.pt"
         torch.save(inputs, inputs_file)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(Path(scratch) / "hf_home"), PYTHONPATH="")
-        result = subprocess.run(
-            [sys.executable, "-c", _SCRIPT, str(Path(folder).resolve()), str(inputs_file), json.dumps(generate_kwargs)],
-            cwd=scratch,  # not the project root, whose `vanilla_transformer/` folder would be importable
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    if result.returncode != 0:
-        raise RuntimeError(f"Loading {folder} as remote code failed:\n{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+        args = [str(Path(folder).resolve()), str(inputs_file), json.dumps(generate_kwargs)]
+        line = _run_clean(_SCRIPT, args, dict(os.environ, HF_HUB_OFFLINE="1"), scratch)
+    return json.loads(line)

@@ -1,0 +1,361 @@
+"""Hub sharing over real HTTP: `vanilla_transformer.hub`, `scripts/push_to_hub.py`, `model.push_to_hub` and the
+trainer's `push_to_hub`, against the Hub stand-in of `tests/hub_server.py` that `conftest.py` starts on 127.0.0.1
+and points the real `huggingface_hub` client at. Pushed repos are loaded back by repo id in a fresh process where
+`vanilla_transformer` cannot be imported, and must translate exactly as the local folder does.
+
+`.ci/run` runs this module on the oldest supported transformers (5.15.0) as well as the latest, so the pushed remote
+code is also checked to load and generate on both.
+"""
+
+import hashlib
+import json
+import pickle
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import HUB, HUB_USER, tiny_config, tiny_model
+from huggingface_hub import HfApi, ModelCard, hf_hub_download, snapshot_download
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
+from vanilla_transformer.evaluation import compute_metrics_for_trainer
+from vanilla_transformer.hub import (
+    CODE_FILES,
+    FolderNotReadyError,
+    HubPushError,
+    card_for_folder,
+    find_pickles,
+    push_folder,
+    render_model_card,
+    training_hyperparameters,
+    validate_folder,
+)
+from vanilla_transformer.recipe import VanillaTransformerTrainer, get_training_preset, label_smoothed_loss
+from vanilla_transformer.remote_code import translate_without_package
+
+REPO = Path(__file__).resolve().parents[1]
+RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
+SENTENCES = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
+STEPS = 150  # enough for German-looking output that differs from sentence to sentence
+
+
+def local_translations(folder: Path, sentences: list[str] = SENTENCES) -> dict:
+    """What the folder translates to with the installed package, as the clean process reports it."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    ids = model.generate(**tokenizer(sentences, return_tensors="pt", padding=True))
+    return {"ids": ids.tolist(), "texts": tokenizer.batch_decode(ids, skip_special_tokens=True)}
+
+
+def save_model_folder(source: Path, destination: Path, card_from: Path) -> Path:
+    """A shareable folder (model, tokenizer, code files, card) from a checkpoint, which itself holds pickles."""
+    AutoModelForSeq2SeqLM.from_pretrained(source).save_pretrained(destination)
+    AutoTokenizer.from_pretrained(source).save_pretrained(destination)
+    shutil.copy(card_from / "README.md", destination / "README.md")
+    return destination
+
+
+@pytest.fixture(scope="module")
+def api() -> HfApi:
+    return HfApi()  # HF_ENDPOINT and HF_TOKEN come from conftest.py
+
+
+@pytest.fixture(scope="module")
+def run(builtin_tokenizer, tmp_path_factory) -> SimpleNamespace:
+    """A tiny model trained with the project's trainer (`push_to_hub=True`, pushed at the end to `tester/trainer`),
+    then laid out as `scripts/train.py` leaves a run: `preset.json`, `checkpoint-N/` with `trainer_state.json`, and
+    the model folder `final/`."""
+    run_dir = tmp_path_factory.mktemp("run")
+    tokenizer = builtin_tokenizer
+    train_set, _ = tokenize_pairs(load_builtin("train").select(range(512)), tokenizer, "en", "de", max_length=64)
+    valid_set, _ = tokenize_pairs(load_builtin("valid").select(range(16)), tokenizer, "en", "de", max_length=64)
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(
+        tiny_config(vocab_size=len(tokenizer), max_position_embeddings=128)
+    )
+    arguments = Seq2SeqTrainingArguments(
+        output_dir=str(run_dir),
+        max_steps=STEPS,
+        learning_rate=3e-3,
+        optim="adamw_torch",
+        adam_beta2=0.98,
+        weight_decay=0.0,
+        save_strategy="steps",
+        save_steps=STEPS // 2,
+        eval_strategy="steps",
+        eval_steps=STEPS,
+        predict_with_generate=True,
+        generation_num_beams=1,
+        generation_max_length=40,
+        per_device_eval_batch_size=16,
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        push_to_hub=True,
+        hub_model_id=f"{HUB_USER}/trainer",
+        hub_strategy="end",
+    )
+    trainer = VanillaTransformerTrainer(
+        model=model,
+        args=arguments,
+        train_dataset=train_set,
+        eval_dataset=valid_set,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        compute_metrics=compute_metrics_for_trainer(tokenizer),
+        compute_loss_func=label_smoothed_loss(0.1),
+        max_tokens=1500,
+        warmup_steps=10,
+    )
+    trainer.train()
+    trainer_commit = trainer.push_to_hub(dataset="builtin-en-de-grammar")
+    final = run_dir / "final"
+    trainer.model.save_pretrained(final)  # as averaging writes it (trainer.save_model would push again)
+    tokenizer.save_pretrained(final)
+    preset = get_training_preset("demo", max_steps=STEPS, max_tokens=1500, warmup_steps=10)
+    (run_dir / "preset.json").write_text(json.dumps(preset.as_dict()))  # what scripts/train.py records
+    return SimpleNamespace(
+        dir=run_dir,
+        final=final,
+        trainer=trainer,
+        trainer_commit=trainer_commit,
+        half=run_dir / f"checkpoint-{STEPS // 2}",
+    )
+
+
+@pytest.fixture(scope="module")
+def script_push(run) -> SimpleNamespace:
+    """`scripts/push_to_hub.py` run on the trained folder, which has no card yet."""
+    assert not (run.final / "README.md").exists()
+    repo_id = f"{HUB_USER}/tiny"
+    command = [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), str(run.final), "--repo-id", repo_id]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr
+    return SimpleNamespace(completed=completed, repo_id=repo_id)
+
+
+@pytest.fixture(scope="module")
+def model_api_push(run) -> str:
+    """The libraries' own calls: `model.push_to_hub` and `tokenizer.push_to_hub` (transformers writes the card)."""
+    repo_id = f"{HUB_USER}/model-api"
+    AutoModelForSeq2SeqLM.from_pretrained(run.final).push_to_hub(repo_id)
+    AutoTokenizer.from_pretrained(run.final).push_to_hub(repo_id)
+    return repo_id
+
+
+@pytest.fixture(scope="module")
+def versions(run, tmp_path_factory) -> SimpleNamespace:
+    """`tester/versions`: the halfway model, then the trained one on main; the halfway one again on branch `dev` and
+    as pull request 1."""
+    scratch = tmp_path_factory.mktemp("versions")
+    old = save_model_folder(run.half, scratch / "old", card_from=run.dir)
+    new = save_model_folder(run.dir, scratch / "new", card_from=run.dir)
+    repo_id = f"{HUB_USER}/versions"
+    return SimpleNamespace(
+        repo_id=repo_id,
+        old=old,
+        new=new,
+        first=push_folder(old, repo_id, commit_message="halfway"),
+        second=push_folder(new, repo_id, commit_message="trained"),
+        branch=push_folder(old, repo_id, revision="dev"),
+        pull_request=push_folder(old, repo_id, create_pr=True, commit_message="go back"),
+    )
+
+
+def test_push_script_publishes_the_folder_with_a_card_from_the_run(run, script_push, api):
+    assert f"pushed {run.final} to {script_push.repo_id}" in script_push.completed.stdout
+    # the missing card was rendered from the run's records: its dataset, languages, and last evaluation
+    card = ModelCard.load(script_push.repo_id)  # over HTTP
+    evaluation = [entry for entry in run.trainer.state.log_history if "eval_bleu" in entry][-1]
+    assert card.data.datasets == ["builtin-en-de-grammar"] and card.data.language == ["en", "de"]
+    assert card.data.license == "apache-2.0"
+    assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
+        ("valid", "sacrebleu"): round(evaluation["eval_bleu"], 2),
+        ("valid", "chrf"): round(evaluation["eval_chrf"], 2),
+    }
+    assert f'from_pretrained("{script_push.repo_id}", trust_remote_code=True)' in card.text
+    files = set(api.list_repo_files(script_push.repo_id))
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", *CODE_FILES} <= files
+    assert not [name for name in files if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
+
+
+def test_trainer_push_to_hub_uploads_a_complete_repo(run, api, tmp_path):
+    repo_id = f"{HUB_USER}/trainer"
+    assert run.trainer_commit.oid == api.repo_info(repo_id).sha
+    files = set(api.list_repo_files(repo_id))
+    assert "training_args.bin" not in files and not [f for f in files if f.startswith("checkpoint-")]
+    # the very checks the script makes before it pushes pass on what the trainer pushed
+    snapshot = Path(snapshot_download(repo_id, local_dir=tmp_path / "snapshot"))
+    assert validate_folder(snapshot) == []
+    card = ModelCard.load(snapshot / "README.md")
+    assert card.data.datasets == ["builtin-en-de-grammar"] and card.data.eval_results
+    config = json.loads((snapshot / "config.json").read_text())
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+
+
+def test_trainer_refuses_per_checkpoint_pushes(tmp_path):
+    arguments = Seq2SeqTrainingArguments(output_dir=str(tmp_path), push_to_hub=True, hub_model_id="x/y", report_to=[])
+    requests = len(HUB.state.requests)
+    with pytest.raises(ValueError, match="set hub_strategy='end'"):
+        VanillaTransformerTrainer(model=tiny_model(), args=arguments, max_tokens=100, warmup_steps=1)
+    assert HUB.state.requests[requests:] == []  # refused before the Trainer creates the repo
+
+
+def test_model_push_to_hub_uploads_code_files_and_auto_map_and_the_card_completes_it(
+    run, model_api_push, api, tmp_path
+):
+    repo_id = model_api_push
+    before = Path(snapshot_download(repo_id, local_dir=tmp_path / "before"))
+    assert {"config.json", "model.safetensors", "tokenizer.json", *CODE_FILES} <= {p.name for p in before.iterdir()}
+    config = json.loads((before / "config.json").read_text())
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+    # transformers' generic card lacks the metadata; ours (license, languages, datasets, model-index) completes it
+    problems = validate_folder(before)
+    assert problems and all(problem.startswith("README.md") for problem in problems)
+    card = card_for_folder(run.final, repo_id)
+    # (`card.push_to_hub(repo_id)` does the same, but huggingface_hub 1.x validates it at huggingface.co itself)
+    api.upload_file(path_or_fileobj=str(card).encode(), path_in_repo="README.md", repo_id=repo_id)
+    assert validate_folder(snapshot_download(repo_id, local_dir=tmp_path / "after")) == []
+
+
+def test_versions_branches_and_pull_requests_are_separate_revisions(versions, api):
+    assert versions.pull_request.pr_revision == "refs/pr/1"
+    refs = api.list_repo_refs(versions.repo_id, include_pull_requests=True)
+    assert {b.name: b.target_commit for b in refs.branches} == {"main": versions.second.oid, "dev": versions.branch.oid}
+    assert [p.ref for p in refs.pull_requests] == ["refs/pr/1"]
+    assert [c.title for c in api.list_repo_commits(versions.repo_id)] == ["trained", "halfway", "initial commit"]
+    # a folder already on the Hub makes no new commit (the client skips unchanged files)
+    assert push_folder(versions.new, versions.repo_id).oid == versions.second.oid
+
+
+def test_every_pushed_repo_loads_by_repo_id_without_the_package(run, script_push, model_api_push, versions):
+    """One clean process (no `vanilla_transformer`, an empty cache) downloads each repo and revision by id over
+    HTTP and must translate exactly as the local folder it came from."""
+    trained, old = local_translations(run.final), local_translations(versions.old)
+    assert len(set(trained["texts"])) == len(SENTENCES) and all(trained["texts"])  # a model that really translates
+    assert old != trained
+    models = {
+        "script": (script_push.repo_id, None),
+        "trainer": (f"{HUB_USER}/trainer", None),
+        "model.push_to_hub": (model_api_push, None),
+        "first version": (versions.repo_id, versions.first.oid),
+        "main": (versions.repo_id, "main"),
+        "branch": (versions.repo_id, "dev"),
+        "pull request": (versions.repo_id, "refs/pr/1"),
+    }
+    expected = [trained, trained, trained, old, trained, old, old]
+    loaded = translate_without_package(SENTENCES, list(models.values()))
+    assert dict(zip(models, loaded, strict=True)) == dict(zip(models, expected, strict=True))
+
+
+def test_wrong_token_or_missing_repo_fail_clearly_and_leave_the_remote_unchanged(run, script_push, api, monkeypatch):
+    repo_id = script_push.repo_id
+
+    def remote_state() -> tuple:
+        commits = [c.commit_id for c in api.list_repo_commits(repo_id)]
+        return commits, api.list_repo_refs(repo_id, include_pull_requests=True)
+
+    before = remote_state()
+    requests = len(HUB.state.requests)
+    script = REPO / "scripts" / "push_to_hub.py"
+    monkeypatch.setattr(sys, "argv", [str(script), str(run.final), "--repo-id", repo_id])
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_token")
+    with pytest.raises(SystemExit, match=r"^error: the Hub at .* refused the token \(401: invalid credentials\)"):
+        runpy.run_path(str(script), run_name="__main__")
+    monkeypatch.undo()
+    with pytest.raises(HubPushError, match="refused the token"):
+        push_folder(run.final, repo_id, token="hf_not_a_token", create_pr=True)
+    with pytest.raises(HubPushError, match="not found .*--create-pr opens a pull request on an existing repo"):
+        push_folder(run.final, f"{HUB_USER}/no-such-repo", create_pr=True)
+    with pytest.raises(HubPushError, match="may not write to 'someone-else'"):
+        push_folder(run.final, "someone-else/tiny")
+    with pytest.raises(HubPushError, match="has no branch 'nope'"):
+        push_folder(run.final, repo_id, revision="nope", create_pr=True)
+    with pytest.raises(OSError, match="not a valid model identifier"):
+        AutoModelForSeq2SeqLM.from_pretrained(f"{HUB_USER}/no-such-repo", trust_remote_code=True)
+
+    assert remote_state() == before
+    assert not api.repo_exists(f"{HUB_USER}/no-such-repo") and not api.repo_exists("someone-else/tiny")
+    writes = [status for method, _, status in HUB.state.requests[requests:] if method in ("POST", "PUT", "DELETE")]
+    assert writes and all(status >= 400 for status in writes)  # every write was refused
+
+
+def test_an_incomplete_folder_gets_every_problem_and_nothing_is_sent(run, tmp_path):
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(run.half, folder)  # a Trainer checkpoint: optimizer, scheduler, RNG and arguments are pickles
+    (folder / "generation_config.json").unlink()
+    config = json.loads((folder / "config.json").read_text())
+    del config["auto_map"]["AutoModel"]
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a card without languages or results\n")
+    (folder / "logs").mkdir()
+    torch.save({"step": 1}, folder / "logs" / "state.dat")  # a pickle under an innocent name, in a subfolder
+    requests = len(HUB.state.requests)
+
+    with pytest.raises(FolderNotReadyError) as refused:
+        push_folder(folder, f"{HUB_USER}/incomplete")
+    problems = refused.value.problems
+    pickles = {"optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin", "logs/state.dat"}
+    assert {p.split(" ")[0] for p in problems if "is a pickle" in p} == pickles
+    assert any(p.startswith("generation_config.json is missing") for p in problems)
+    assert any("auto_map has no AutoModel entry" in p for p in problems)
+    assert any("no `language`" in p for p in problems) and any("no `datasets`" in p for p in problems)
+    assert any("no `model-index` results" in p for p in problems)
+    assert len(problems) == len(pickles) + 5
+    assert f"({len(problems)} problem(s)); nothing was pushed" in str(refused.value)
+    assert HUB.state.requests[requests:] == []  # checked before any request
+
+
+def test_large_weights_go_through_git_lfs(builtin_tokenizer, api, tmp_path):
+    folder = tmp_path / "large"
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=6000, d_model=256, encoder_ffn_dim=128))
+    model.save_pretrained(folder)
+    builtin_tokenizer.save_pretrained(folder)
+    training = {"summary": "untrained", "hyperparameters": training_hyperparameters(model.config.to_dict())}
+    results = {"valid": {"sacrebleu": 0.0, "chrf": 0.0}}
+    render_model_card("large", results, training, dataset="builtin-en-de-grammar").save(folder / "README.md")
+    weights = folder / "model.safetensors"
+    assert weights.stat().st_size > 10 * 2**20
+    requests = len(HUB.state.requests)
+
+    push_folder(folder, f"{HUB_USER}/large")
+    sent = [(method, path.split("?")[0]) for method, path, _ in HUB.state.requests[requests:]]
+    sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert ("PUT", f"/_lfs/{HUB_USER}/large/{sha256}") in sent  # the bytes went to the LFS store, not the commit
+    (info,) = api.get_paths_info(f"{HUB_USER}/large", ["model.safetensors"])
+    assert info.lfs is not None and info.lfs.sha256 == sha256 and info.size == weights.stat().st_size
+    downloaded = hf_hub_download(f"{HUB_USER}/large", "model.safetensors")
+    assert hashlib.sha256(Path(downloaded).read_bytes()).hexdigest() == sha256
+
+
+def test_the_released_folder_is_ready_and_its_card_comes_from_the_template(tmp_path):
+    assert validate_folder(RELEASE) == []
+    record = json.loads((RELEASE / "results.json").read_text())
+    rendered = render_model_card(RELEASE.name, record["results"], record["training"])
+    committed = ModelCard.load(RELEASE / "README.md")
+
+    def scores(card: ModelCard) -> list:
+        return [(r.dataset_split, r.metric_type, r.metric_value, r.metric_name) for r in card.data.eval_results]
+
+    assert scores(rendered) == scores(committed)
+    # a release folder without its card gets the same one back from results.json
+    assert scores(card_for_folder(RELEASE, "someone/multi30k")) == scores(committed)
+    for field in ("license", "language", "datasets", "pipeline_tag"):
+        assert getattr(rendered.data, field) == getattr(committed.data, field)
+    assert "solely for non-commercial research and educational purposes" in rendered.text
+
+
+def test_pickles_are_found_by_content_as_well_as_by_name(tmp_path):
+    torch.save({"a": 1}, tmp_path / "archive.dat")  # torch.save's zip format
+    (tmp_path / "plain.json").write_bytes(pickle.dumps({"a": 1}, protocol=4))
+    (tmp_path / "notes.txt").write_text("not a pickle")
+    (tmp_path / "model.bin").write_bytes(b"")
+    assert [p.name for p in find_pickles(tmp_path)] == ["archive.dat", "model.bin", "plain.json"]
