@@ -109,10 +109,11 @@ def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) 
             f"{last} asked for; lower --last or train longer."
         )
     chosen = checkpoints[-last:]
+    averaged = average_state_dicts(chosen)  # checks every file first: a corrupt one is named, not loaded
     check_config_file(chosen[-1] / "config.json")
     model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True)
     # tied matrices are stored once (`model.shared.weight`); their aliases are the only keys allowed to be missing
-    result = model.load_state_dict(average_state_dicts(chosen), strict=False)
+    result = model.load_state_dict(averaged, strict=False)
     untied = set(result.missing_keys) - set(model.all_tied_weights_keys)
     if untied or result.unexpected_keys:
         raise ValueError(
