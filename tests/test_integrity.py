@@ -80,7 +80,7 @@ FAULTS = {
     "config of another model": (
         lambda f: edit_config(f, lambda c: c.update(model_type="bert")),
         "config.json",
-        "has model_type='bert', not 'vanilla_transformer'",
+        "has model_type='bert' \\(expected 'vanilla_transformer'\\)",
     ),
     "config without model_type": (
         lambda f: edit_config(f, lambda c: c.pop("model_type")),

@@ -103,8 +103,9 @@ def check_config_file(path: str | Path) -> dict:
     if model_type != MODEL_TYPE:
         found = f"model_type={model_type!r}" if model_type is not None else "no model_type"
         raise ModelFolderError(
-            f"{path} has {found}, not {MODEL_TYPE!r}: the folder does not hold this project's model. Pass a folder "
-            f"saved from VanillaTransformerForConditionalGeneration, or load other models with their own classes."
+            f"{path} has {found} (expected {MODEL_TYPE!r}): the folder does not hold this project's model. Pass "
+            f"a folder saved from VanillaTransformerForConditionalGeneration, or load other models with their own "
+            f"classes."
         )
     missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
     if missing:
