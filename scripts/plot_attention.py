@@ -7,9 +7,8 @@
 import argparse
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
+from vanilla_transformer.integrity import load_model_and_tokenizer
 from vanilla_transformer.plots import attention_maps, plot_attention
 
 
@@ -23,8 +22,7 @@ def main() -> None:
     parser.add_argument("--output-dir", default=".")
     args = parser.parse_args()
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
+    model, tokenizer = load_model_and_tokenizer(args.model)
     maps = attention_maps(model, tokenizer, args.sentence, args.target)
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)

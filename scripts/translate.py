@@ -1,7 +1,8 @@
 """Translate a file (or stdin), one sentence per line, with the paper's decoding (§6.1) unless told otherwise.
 
 Usage: python scripts/translate.py --model DIR_OR_HUB_ID [--input FILE] [--output FILE] [--batch-size 64]
-[--num-beams N] [--device cpu|cuda]. Empty lines stay empty, so output lines match input lines.
+[--num-beams N] [--device cpu|cuda]. Line N of the output translates line N of the input: empty lines stay empty,
+lines end at "\n" only (CRLF input is read as LF), and a line break inside a translation becomes a space.
 """
 
 import argparse
@@ -10,10 +11,11 @@ import sys
 import time
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vanilla_transformer  # noqa: F401  (registers the model type with the Auto classes)
+from vanilla_transformer.data.corpora import read_lines, read_stream_lines, write_lines
 from vanilla_transformer.decoding import translate
+from vanilla_transformer.integrity import load_model_and_tokenizer
 
 logger = logging.getLogger("translate")
 
@@ -32,25 +34,18 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).to(device).eval()
+    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
+    model, tokenizer = load_model_and_tokenizer(args.model, device=device)
 
-    if args.input == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        with open(args.input, encoding="utf-8") as source:
-            lines = source.read().splitlines()
+    lines = read_stream_lines(sys.stdin.buffer, "<stdin>") if args.input == "-" else read_lines(args.input)
     generate_kwargs = {} if args.num_beams is None else {"num_beams": args.num_beams}
     start = time.perf_counter()
     translations = translate(model, tokenizer, lines, batch_size=args.batch_size, **generate_kwargs)
     logger.info("translated %d lines in %.1fs on %s", len(lines), time.perf_counter() - start, device)
 
-    text = "".join(line + "\n" for line in translations)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.output, "w", encoding="utf-8") as target:
-            target.write(text)
+    broken = write_lines(None if args.output == "-" else args.output, translations)
+    if broken:
+        logger.warning("%d translation(s) contained line breaks, written as spaces to keep lines aligned", broken)
 
 
 if __name__ == "__main__":

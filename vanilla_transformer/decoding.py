@@ -5,8 +5,12 @@ size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input 
 stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
 """
 
+import logging
+
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
 
 
 def translate(
@@ -25,7 +29,10 @@ def translate(
     `skip_special_tokens=True`.
 
     An empty (or whitespace-only) sentence translates to an empty string without reaching the model: a model given
-    no source produces arbitrary text, and one output per input line keeps files aligned for scoring.
+    no source produces arbitrary text, and one output per input line keeps files aligned for scoring. Text that
+    spells a special token (`"</s>"`, `"<pad>"`) is tokenized as text. Nothing is truncated: with sinusoidal
+    positions (the paper's) a sentence longer than `max_position_embeddings` tokens translates like any other; with
+    learned positions it raises a `ValueError` naming the sentence, its length and the limit.
 
     The model runs in eval mode (dropout off) under `torch.inference_mode()`, on its own device; its train/eval
     mode is restored afterwards.
@@ -47,8 +54,9 @@ def translate(
     todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
     if not todo:
         return translations
-    encoded = tokenizer([sentences[index] for index in todo], add_special_tokens=True)["input_ids"]
-    token_ids = dict(zip(todo, encoded, strict=True))
+    encoded = tokenizer([sentences[index] for index in todo], add_special_tokens=True, split_special_tokens=True)
+    token_ids = dict(zip(todo, encoded["input_ids"], strict=True))
+    _check_lengths(model, token_ids)
     todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
 
     device = model.device
@@ -78,6 +86,31 @@ def translate(
     finally:
         model.train(was_training)
     return translations
+
+
+def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> None:
+    """Learned positions end at `max_position_embeddings`: refuse longer sentences by line, and say so when the
+    output limit (input + 50 tokens) is capped by the table, rather than let either be cut without a word."""
+    config = model.config
+    if getattr(config, "position_encoding", None) != "learned":
+        return  # sinusoidal positions extend to any length (§3.5)
+    limit = config.max_position_embeddings
+    too_long = [index for index, ids in token_ids.items() if len(ids) > limit]
+    if too_long:
+        index = too_long[0]
+        raise ValueError(
+            f"sentence {index} (0-based) has {len(token_ids[index])} tokens but this model's learned positions end at "
+            f"max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long sentences, or use a "
+            f"model with position_encoding='sinusoidal', which extends to any length."
+        )
+    over_input = getattr(model.generation_config, "max_new_tokens_over_input", None)
+    if over_input and any(len(ids) + over_input > limit - 1 for ids in token_ids.values()):
+        logger.warning(
+            "the output limit (input length + %d tokens) of some sentences is capped at max_position_embeddings=%d, "
+            "where this model's learned positions end",
+            over_input,
+            limit,
+        )
 
 
 __all__ = ["translate"]

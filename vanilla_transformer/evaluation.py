@@ -21,7 +21,7 @@ import sacremoses
 from sacrebleu.metrics import BLEU, CHRF
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
-from .data.corpora import read_lines
+from .data.corpora import read_lines, write_lines
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 LOCAL_METRICS = ("sacrebleu", "chrf")
@@ -188,9 +188,9 @@ def evaluate_model_on_split(
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .decoding import translate
+    from .integrity import load_model_and_tokenizer
 
     data_dir = Path(data_dir)
     sources = read_lines(data_dir / f"{split}.{source_lang}")
@@ -200,13 +200,11 @@ def evaluate_model_on_split(
     has_tokenized_references = tokenized_references_path.is_file()
     tokenized_references = read_lines(tokenized_references_path) if has_tokenized_references else None
 
-    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path).eval()
-    model.to("cuda" if torch.cuda.is_available() else "cpu")
+    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, "cuda" if torch.cuda.is_available() else "cpu")
     hypotheses = translate(model, tokenizer, sources, batch_size=batch_size, num_beams=num_beams)
     if output_hypotheses is not None:
-        Path(output_hypotheses).parent.mkdir(parents=True, exist_ok=True)
-        Path(output_hypotheses).write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
+        write_lines(output_hypotheses, hypotheses)
 
     scores = score_translations(hypotheses, references, tokenized_references, lang=target_lang)
     return {

@@ -527,6 +527,11 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)
         check_shape(inputs_embeds, ("batch_size", "sequence_length", self.config.d_model), "inputs_embeds")
         batch_size, seq_length = inputs_embeds.shape[:2]
+        if seq_length == 0:  # else a reshape deep inside attention fails with a message about ambiguous sizes
+            raise ValueError(
+                f"The source is empty (shape {tuple(inputs_embeds.shape[:2])}): give every sentence at least one "
+                f"token; the tokenizer's encoding of an empty string is just </s>."
+            )
         check_shape(attention_mask, (batch_size, seq_length), "attention_mask", allow_4d=True)
 
         # §3.4 and §3.5: scaled embeddings plus positions, then dropout on the sums (§5.4)

@@ -6,11 +6,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
 from .data.corpora import load_builtin
 from .decoding import translate
 from .evaluation import score_translations
+from .integrity import load_model_and_tokenizer
 from .plots import plot_learning_curves
 from .recipe import get_training_preset
 from .remote_code import generate_without_package
@@ -35,8 +34,7 @@ def run(output_dir: str, max_steps: int | None = None, release: str | Path = REL
     trained = time.perf_counter() - start
     print(f"trained {preset.max_steps} steps in {trained:.0f}s; curves in {curves}")
 
-    tokenizer = AutoTokenizer.from_pretrained(result.final_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(result.final_dir).eval()
+    model, tokenizer = load_model_and_tokenizer(result.final_dir)
     test = load_builtin("test")["translation"]
     sources, references = [p["en"] for p in test], [p["de"] for p in test]
     hypotheses = translate(model, tokenizer, sources, batch_size=100)  # the paper's beam 4, GNMT penalty, input+50
@@ -57,8 +55,7 @@ def run(output_dir: str, max_steps: int | None = None, release: str | Path = REL
 
     release = Path(release)
     if (release / "model.safetensors").is_file():
-        released = AutoModelForSeq2SeqLM.from_pretrained(release).eval()
-        released_tokenizer = AutoTokenizer.from_pretrained(release)
+        released, released_tokenizer = load_model_and_tokenizer(release)
         print(f"the released Multi30k model ({release.name}) on real sentences:")
         for source, hypothesis in zip(
             REAL_SENTENCES, translate(released, released_tokenizer, REAL_SENTENCES), strict=True

@@ -3,6 +3,8 @@ label smoothing 0.1 (§5.4), token-based batching (§5.1) with gradient accumula
 
 import copy
 import math
+import os
+import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -11,10 +13,12 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
-from transformers.trainer import TRAINING_ARGS_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, rotate_checkpoints
 
+from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
 from .data.batching import TokenBudgetBatchSampler
+from .integrity import fsync_directory, fsync_tree, write_checksums
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,7 @@ def label_smoothed_loss(epsilon: float):
 
 
 class VanillaTransformerTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` with token-budget batches for training and the §5.3 schedule.
+    """`Seq2SeqTrainer` with token-budget batches for training, the §5.3 schedule, and crash-safe checkpoints.
 
     `max_tokens` bounds the padded source+target tokens of a batch (`None`: the Trainer's batches of
     `args.per_device_train_batch_size` pairs); `warmup_steps` parameterizes the schedule, whose peak is
@@ -170,6 +174,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     With `push_to_hub=True` and `hub_strategy="end"`, `trainer.push_to_hub(dataset=...)` after training uploads a
     complete repo: weights, config with `auto_map`, the two code files, tokenizer, and the project's model card
     (`model_cards/template.md`, with the last evaluation's scores), without the pickled `training_args.bin`.
+
+    A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed to `checkpoint-N`, so a
+    run killed while saving (out of memory, pre-emption, Ctrl-C) never leaves a half-written `checkpoint-N` for the
+    next run to resume from; `train(resume_from_checkpoint=True)` takes the newest complete checkpoint and removes
+    interrupted `tmp-checkpoint-*` folders.
     """
 
     def __init__(self, *args, max_tokens: int | None, warmup_steps: int, batching_seed: int = 0, **kwargs):
@@ -185,7 +194,58 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens
         self.warmup_steps = warmup_steps
         self.batching_seed = batching_seed
+        self._staging_dir: str | None = None
         super().__init__(*args, **kwargs)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        if self.args.should_save:
+            remove_stale_staging(self.args.output_dir)
+        if resume_from_checkpoint is True:  # transformers' own lookup would take a checkpoint-N however incomplete
+            latest = last_complete_checkpoint(self.args.output_dir)
+            if latest is None:
+                raise ValueError(f"resume_from_checkpoint=True but {self.args.output_dir} has no complete checkpoint.")
+            resume_from_checkpoint = str(latest)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _get_output_dir(self, trial) -> str:
+        # while `_save_checkpoint` runs, transformers' code writes `checkpoint-N` inside the staging folder
+        return self._staging_dir if self._staging_dir is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """transformers' checkpoint (weights, optimizer, scheduler, RNG states, trainer state), written into
+        `tmp-checkpoint-N/checkpoint-N` and renamed to `checkpoint-N` once complete and on disk."""
+        run_dir = Path(self._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging, destination = run_dir / f"{STAGING_PREFIX}{name}", run_dir / name
+        if not self.args.should_save:  # other processes of a distributed run only join the collective calls
+            return super()._save_checkpoint(model, trial)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        self._staging_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        complete = staging / name
+        if self.state.best_global_step:  # transformers looked for the best checkpoint in the staging folder
+            best = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}"
+            if best.name == name or best.exists():
+                self.state.best_model_checkpoint = str(best)
+                self.state.save_to_json(str(complete / TRAINER_STATE_NAME))
+        write_checksums(complete)
+        fsync_tree(complete)
+        if destination.exists():  # the same step saved again: move the old one aside first, then drop it
+            os.replace(destination, staging / "replaced")
+        os.replace(complete, destination)
+        fsync_directory(run_dir)
+        shutil.rmtree(staging)
+        # transformers rotated the staging folder (a no-op); rotate the run's checkpoints as it would have
+        rotate_checkpoints(
+            output_dir=str(run_dir),
+            save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint,
+            use_mtime=True,
+        )
 
     def train_batch_sampler(self) -> TokenBudgetBatchSampler:
         return TokenBudgetBatchSampler.for_dataset(self.train_dataset, self.max_tokens, seed=self.batching_seed)

@@ -20,7 +20,9 @@ def train_joint_bpe(
 ) -> PreTrainedTokenizerFast:
     """Learn a byte-level BPE of `vocab_size` tokens (specials included) from the sentences of both languages.
 
-    Encoded inputs end with `</s>`; the decoder's `<s>` comes from `shift_tokens_right`, not the tokenizer.
+    Encoded inputs end with `</s>`; the decoder's `<s>` comes from `shift_tokens_right`, not the tokenizer. Text that
+    spells a special token (a user typing `"</s>"` or `"<pad>"`) is encoded as text (`split_special_tokens=True`,
+    saved with the tokenizer), so it can neither end nor pad a sentence, and decodes back to itself.
     """
     specials = list(SPECIAL_TOKENS.values())
     if vocab_size < len(specials) + 256:
@@ -47,6 +49,7 @@ def train_joint_bpe(
         tokenizer_object=tokenizer,
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
+        split_special_tokens=True,
         **SPECIAL_TOKENS,
     )
 

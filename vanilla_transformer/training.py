@@ -8,9 +8,8 @@ from pathlib import Path
 import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
-from .checkpoints import average_checkpoints
+from .checkpoints import average_checkpoints, last_complete_checkpoint, staged_folder
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
@@ -38,7 +37,8 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
     pairs = train_corpus["translation"]
     texts = [pair[source_lang] for pair in pairs] + [pair[target_lang] for pair in pairs]
     tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size)
-    save_tokenizer(tokenizer, folder)
+    with staged_folder(folder) as staging:  # a run killed while saving leaves no half-written tokenizer to reuse
+        save_tokenizer(tokenizer, staging)
     return tokenizer
 
 
@@ -173,10 +173,11 @@ def train(
         f"{args.learning_rate:.2e} at step {preset.warmup_steps}"
     )
 
-    checkpoint = get_last_checkpoint(str(output)) if resume else None
+    # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
+    checkpoint = last_complete_checkpoint(output) if resume else None
     if checkpoint:
         print(f"resuming from {checkpoint}")
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = output / "final"
     if trainer.is_world_process_zero():
         averaged = average_checkpoints(output, final, preset.average_last)

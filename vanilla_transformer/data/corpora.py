@@ -5,8 +5,10 @@ Three sources: line-aligned text files `{split}.{lang}` (the layout of Multi30k)
 and the built-in English→German grammar corpus (`grammar.py`), the offline default.
 """
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from datasets import Dataset, load_dataset
 
@@ -19,21 +21,48 @@ BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800
 
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file without their line ends; a byte that is not UTF-8 raises an error naming the
-    file and the line."""
+    file and the line.
+
+    Lines end at `\n` only, with a `\r` before it removed (CRLF files read as LF files) and a UTF-8 byte-order mark
+    at the start of the file dropped: Unicode line separators, form feeds and other control characters stay inside
+    their line (Python's `str.splitlines` would split there and misalign a parallel corpus).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
-    lines = []
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
-                    f"e.g. `iconv -f latin1 -t utf-8 {path.name}`."
-                ) from None
+        return read_stream_lines(handle, str(path))
+
+
+def read_stream_lines(handle: BinaryIO, name: str) -> list[str]:
+    """`read_lines` for an open binary stream (e.g. `sys.stdin.buffer`); `name` is what error messages call it."""
+    lines = []
+    for number, raw in enumerate(handle, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
+                f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        lines.append(line.removesuffix("\n").removesuffix("\r"))
     return lines
+
+
+def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
+    """Write one line per item to `path` (UTF-8, `\n` line ends) or to `stream`, so that line N of the output
+    belongs to line N of the input. Line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise
+    split it into several lines; returns how many items had them."""
+    broken = sum(1 for line in lines if "\n" in line or "\r" in line)
+    text = "".join(line.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
+    if path is None:
+        (stream or sys.stdout).write(text)
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8", newline="\n")
+    return broken
 
 
 def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_lang: str) -> Dataset:
@@ -116,7 +145,8 @@ def tokenize_pairs(
     than `max_length` tokens on a side, counting each kind in the returned report."""
     sources = [pair[source_lang] for pair in dataset["translation"]]
     targets = [pair[target_lang] for pair in dataset["translation"]]
-    encoded = tokenizer(sources, text_target=targets)
+    # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
+    encoded = tokenizer(sources, text_target=targets, split_special_tokens=True)
     report = FilterReport()
     keep = []
     for row, (source, target) in enumerate(zip(sources, targets, strict=True)):

@@ -1,0 +1,164 @@
+"""Faults during training: a run killed with SIGKILL (also in the middle of writing a checkpoint) resumes from its last
+complete checkpoint and ends with the weights of an uninterrupted run, bit for bit; the same seed gives the same
+weights and the same BLEU."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers.trainer_utils import get_last_checkpoint
+
+from vanilla_transformer.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.decoding import translate
+from vanilla_transformer.evaluation import score_translations
+from vanilla_transformer.integrity import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
+from vanilla_transformer.recipe import get_training_preset
+from vanilla_transformer.training import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A child process that runs scripts/train.py. With KILL_WHILE_SAVING_STEP=N it dies by SIGKILL half way through
+# writing checkpoint-N's weights: transformers' safetensors writer is wrapped to truncate the file to half its size
+# and kill the process, which is what a pre-emption or the OOM killer does to a save in progress.
+CHILD = r"""
+import os, re, runpy, signal, sys
+kill_at = os.environ.get("KILL_WHILE_SAVING_STEP")
+if kill_at:
+    import transformers.modeling_utils as modeling_utils
+    write = modeling_utils.safe_save_file
+    def write_half_then_die(tensors, filename, metadata=None):
+        write(tensors, filename, metadata=metadata)
+        if re.search(rf"/checkpoint-{kill_at}/model\.safetensors$", str(filename)):
+            os.truncate(filename, os.path.getsize(filename) // 2)
+            os.kill(os.getpid(), signal.SIGKILL)
+    modeling_utils.safe_save_file = write_half_then_die
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path(os.path.join(sys.argv_root, "scripts", "train.py"), run_name="__main__")
+""".replace("sys.argv_root", repr(str(ROOT)))
+
+MAX_STEPS = 16
+TRAIN_ARGS = [
+    *("--preset", "demo", "--max-steps", str(MAX_STEPS), "--save-steps", "2", "--average-last", "2"),
+    *("--eval-steps", "1000", "--eval-samples", "4", "--max-tokens", "600", "--tokens-per-update", "600"),
+    *("--vocab-size", "400", "--warmup-steps", "4", "--threads", "1", "--report-to", "none", "--seed", "0"),
+]
+
+
+def start(output_dir: Path, log: Path, kill_while_saving: int | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TQDM_DISABLE="1")
+    env.pop("KILL_WHILE_SAVING_STEP", None)
+    if kill_while_saving is not None:
+        env["KILL_WHILE_SAVING_STEP"] = str(kill_while_saving)
+    handle = log.open("w")
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, *TRAIN_ARGS, "--output-dir", str(output_dir)],
+        cwd=ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def finish(process: subprocess.Popen, log: Path, timeout: float = 300) -> tuple[int, str]:
+    code = process.wait(timeout=timeout)
+    return code, log.read_text()
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not different, f"tensors differ: {different}"
+
+
+def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    straight_dir, broken_dir = tmp_path / "straight", tmp_path / "killed"
+    straight = start(straight_dir, tmp_path / "straight.log")  # runs beside the interrupted one
+
+    # 1. SIGKILL half way through writing checkpoint-4's model.safetensors
+    code, log = finish(start(broken_dir, tmp_path / "kill1.log", kill_while_saving=4), tmp_path / "kill1.log")
+    assert code == -signal.SIGKILL, log[-3000:]
+    half_written = broken_dir / "tmp-checkpoint-4" / "checkpoint-4" / "model.safetensors"
+    assert half_written.is_file()
+    try:
+        check_safetensors_file(half_written)
+        raise AssertionError("a half-written safetensors file passed the check")
+    except ModelFolderError as error:
+        assert "is truncated" in str(error) and str(half_written) in str(error)
+    assert [p.name for p in list_checkpoints(broken_dir)] == ["checkpoint-2"]
+    # neither our lookup nor transformers' ever takes the interrupted folder for the latest checkpoint
+    assert last_complete_checkpoint(broken_dir) == broken_dir / "checkpoint-2"
+    assert Path(get_last_checkpoint(str(broken_dir))).name == "checkpoint-2"
+
+    # 2. resume; SIGKILL at a random moment (seeded) after checkpoint-6 appears: mid-step or mid-save
+    rng = random.Random(6)
+    resumed = start(broken_dir, tmp_path / "kill2.log")
+    deadline = time.monotonic() + 300
+    while not (broken_dir / "checkpoint-6").is_dir() and resumed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.0, 0.4))
+    resumed.send_signal(signal.SIGKILL)
+    code, log = finish(resumed, tmp_path / "kill2.log")
+    assert code == -signal.SIGKILL, f"the run ended before it could be killed:\n{log[-3000:]}"
+    assert "removing" in log and "tmp-checkpoint-4" in log  # the interrupted save was cleaned up, and said so
+    assert f"resuming from {broken_dir / 'checkpoint-2'}" in log
+    killed_at = last_complete_checkpoint(broken_dir)
+    assert int(killed_at.name.split("-")[1]) >= 6
+
+    # 3. resume to the end
+    code, log = finish(start(broken_dir, tmp_path / "resume.log"), tmp_path / "resume.log")
+    assert code == 0, log[-3000:]
+    assert f"resuming from {killed_at}" in log
+    code, log = finish(straight, tmp_path / "straight.log")
+    assert code == 0, log[-3000:]
+
+    final_step = f"checkpoint-{MAX_STEPS}"
+    assert_bit_identical(weights(broken_dir / final_step), weights(straight_dir / final_step))
+    assert_bit_identical(weights(broken_dir / "final"), weights(straight_dir / "final"))
+    assert not list(broken_dir.glob("tmp-*"))
+    # every checkpoint and the final folder carry the checksum that later finds flipped bits
+    assert (broken_dir / final_step / "model.safetensors.sha256").is_file()
+    assert (broken_dir / "final" / "model.safetensors.sha256").is_file()
+
+
+def test_incomplete_checkpoints_are_skipped_and_stale_staging_removed(tmp_path, caplog):
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")  # 4 was written in place and cut short
+    (tmp_path / "tmp-checkpoint-6" / "checkpoint-6").mkdir(parents=True)
+    assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
+    assert "skipping" in caplog.text and "checkpoint-4" in caplog.text and "trainer_state.json" in caplog.text
+    assert remove_stale_staging(tmp_path) == [tmp_path / "tmp-checkpoint-6"]
+    assert not (tmp_path / "tmp-checkpoint-6").exists()
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+
+
+def test_same_seed_same_weights_and_bleu(tmp_path):
+    preset = get_training_preset(
+        "demo", max_steps=6, save_steps=3, eval_steps=1000, average_last=1, max_tokens=600, tokens_per_update=600,
+        vocab_size=400, warmup_steps=4,
+    )  # fmt: skip
+    runs = {}
+    for name, seed in (("first", 0), ("again", 0), ("other", 1)):
+        run = train(preset, tmp_path / name, seed=seed, eval_samples=8, report_to="none", progress=False)
+        model, tokenizer = load_model_and_tokenizer(run.final_dir)
+        pairs = load_builtin("test")["translation"][:16]
+        hypotheses = translate(model, tokenizer, [p["en"] for p in pairs], num_beams=2)
+        bleu = score_translations(hypotheses, [p["de"] for p in pairs])["bleu"]["score"]
+        eval_bleu = [entry["eval_bleu"] for entry in run.log_history if "eval_bleu" in entry]
+        runs[name] = (weights(run.final_dir), hypotheses, bleu, eval_bleu)
+    assert_bit_identical(runs["first"][0], runs["again"][0])
+    assert runs["first"][1:] == runs["again"][1:]
+    # a different seed gives different weights, so the comparison above can fail
+    assert any(not torch.equal(runs["first"][0][k], runs["other"][0][k]) for k in runs["first"][0])
