@@ -186,10 +186,16 @@ class ConcatenatedLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, states: torch.Tensor, num_projections: int, *weights_and_biases: torch.Tensor) -> torch.Tensor:
+        device_type = states.device.type
+        if torch.is_autocast_enabled(device_type):
+            # cast as autocast would cast F.linear's arguments, so that the backward pass runs in the same precision
+            dtype = torch.get_autocast_dtype(device_type)
+            states, weights_and_biases = states.to(dtype), [tensor.to(dtype) for tensor in weights_and_biases]
         weights, biases = weights_and_biases[:num_projections], weights_and_biases[num_projections:]
         ctx.save_for_backward(states, *weights)
         ctx.num_biases = len(biases)
-        return F.linear(states, torch.cat(weights), torch.cat(biases) if biases else None)
+        with torch.autocast(device_type, enabled=False):
+            return F.linear(states, torch.cat(weights), torch.cat(biases) if biases else None)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
