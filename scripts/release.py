@@ -60,7 +60,7 @@ def main() -> None:
         "hyperparameters": training_hyperparameters(config, preset),
     }
     results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
-    write_release(final, args.output_dir, results, training)
+    write_release(final, args.output_dir, results, training, preset)
     print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
     print(f"checkpoints available: {[p.name for p in list_checkpoints(run)]}")
 

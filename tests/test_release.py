@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from conftest import MULTI30K
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -10,6 +11,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
+from vanilla_transformer.recipe import get_training_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +46,7 @@ def test_fifty_test2016_sentences_score_as_the_card_says():
     assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
 
 
-def test_write_release_renders_its_card_from_the_template(tmp_path):
+def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch):
     from vanilla_transformer.hub import validate_folder
     from vanilla_transformer.release import write_release
 
@@ -67,11 +69,34 @@ def test_write_release_renders_its_card_from_the_template(tmp_path):
         "modeling_vanilla_transformer.py",
     ):
         (model_files / name).write_bytes((RELEASE / name).read_bytes())
-    release = write_release(model_files, tmp_path / "release", results, training)
+    run_preset = get_training_preset("multi30k", dropout=0.1).as_dict()
+    monkeypatch.chdir(REPO)
+    release = write_release(model_files, tmp_path / "release", results, training, run_preset)
     card = ModelCard.load(release / "README.md")
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
         ("test2016", "bleu"): 41.5, ("test2016", "sacrebleu"): 40.12, ("test2016", "chrf"): 60.0,
         ("test2017", "bleu"): 34.25, ("test2017", "sacrebleu"): 33.0, ("test2017", "chrf"): 55.5,
     }  # fmt: skip
     assert "| test2016[:50] | – | 39 | 59 |" in card.text and "python scripts/release.py" in card.text
+    assert "python scripts/train.py --preset multi30k --dropout 0.1 --output-dir outputs/release" in card.text
     assert validate_folder(release) == []
+
+
+def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, monkeypatch):
+    from vanilla_transformer.release import train_command
+
+    monkeypatch.chdir(REPO)  # where the presets' relative corpus paths point from
+    demo = get_training_preset("demo").as_dict()
+    assert train_command(demo, "out") == "python scripts/train.py --preset demo --output-dir out"
+    run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.1, lr_factor=0.5, max_steps=5000).as_dict()))
+    assert train_command(run, "out") == (
+        "python scripts/train.py --preset multi30k --max-steps 5000 --lr-factor 0.5 --dropout 0.1 --output-dir out"
+    )
+    # the preset's corpus folder given by another path is the same corpus
+    run["corpus"] = str(MULTI30K.resolve())
+    assert "--corpus" not in train_command(run, "out")
+    run["corpus"] = str(tmp_path)
+    assert f"--corpus {tmp_path}" in train_command(run, "out")
+    run["model_overrides"] = [["encoder_layers", 2]]
+    with pytest.raises(ValueError, match="model_overrides.*no flag"):
+        train_command(run, "out")

@@ -10,12 +10,42 @@ from .checkpoints import staged_folder
 from .data.corpora import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card
+from .recipe import TRAINING_PRESETS
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
-REPRODUCE = (
-    "python scripts/train.py --preset multi30k --output-dir outputs/multi30k",
-    "python scripts/release.py --run-dir outputs/multi30k --output-dir model_cards/{name}",
-)
+# TrainingPreset fields that `scripts/train.py` sets with a flag of the same name
+FLAG_FIELDS = (
+    "corpus", "dataset_config", "valid_split", "vocab_size", "max_tokens", "tokens_per_update", "warmup_steps",
+    "lr_factor", "max_steps", "save_steps", "eval_steps", "average_last", "label_smoothing", "dropout", "max_length",
+)  # fmt: skip
+
+
+def _same_value(field: str, run_value: object, preset_value: object) -> bool:
+    if field == "corpus" and run_value != preset_value and Path(str(run_value)).is_dir():
+        # the same folder written another way (absolute, or relative to another directory)
+        return Path(str(preset_value)).is_dir() and Path(str(run_value)).samefile(str(preset_value))
+    return run_value == preset_value
+
+
+def train_command(run_preset: dict, output_dir: str) -> str:
+    """The `scripts/train.py` line that trains a run with this `preset.json`: the named preset it differs least from,
+    and a flag for each field it changed. A change no flag can make (the model preset or its overrides) raises."""
+
+    run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
+
+    def changed(name: str) -> list[str]:
+        preset = json.loads(json.dumps(TRAINING_PRESETS[name].as_dict()))
+        return [field for field in preset if not _same_value(field, run_preset.get(field), preset[field])]
+
+    name = min(TRAINING_PRESETS, key=lambda name: len(changed(name)))
+    unflagged = [field for field in changed(name) if field not in FLAG_FIELDS]
+    if unflagged:
+        raise ValueError(
+            f"the run's preset differs from {name!r} in {unflagged}, which scripts/train.py has no flag for; "
+            f"add the run as a named preset in vanilla_transformer/recipe.py to release it with a reproducible command."
+        )
+    flags = "".join(f" --{field.replace('_', '-')} {run_preset[field]}" for field in changed(name))
+    return f"python scripts/train.py --preset {name}{flags} --output-dir {output_dir}"
 
 
 def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str, ...], batch_size: int = 100) -> dict:
@@ -43,17 +73,23 @@ def _summary(scores: dict) -> dict:
     return summary
 
 
-def write_release(final_dir: str | Path, release_dir: str | Path, results: dict, training: dict) -> Path:
-    """Copy the model folder, write `results.json` and the card (`model_cards/template.md`); the folder replaces
-    `release_dir` only whole."""
+def write_release(
+    final_dir: str | Path, release_dir: str | Path, results: dict, training: dict, run_preset: dict
+) -> Path:
+    """Copy the model folder, write `results.json` and the card (`model_cards/template.md`, with the commands that
+    reproduce the run from its `preset.json`); the folder replaces `release_dir` only whole."""
     release = Path(release_dir)
     summaries = {split: _summary(scores) for split, scores in results.items()}
+    run_dir = f"outputs/{release.name}"
     card = render_model_card(
         release.name,
         summaries,
         training,
         dataset="multi30k",
-        reproduce=[line.format(name=release.name) for line in REPRODUCE],
+        reproduce=[
+            train_command(run_preset, run_dir),
+            f"python scripts/release.py --run-dir {run_dir} --output-dir model_cards/{release.name}",
+        ],
     )
     with staged_folder(release) as staging:
         for item in Path(final_dir).iterdir():
