@@ -69,7 +69,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         "modeling_vanilla_transformer.py",
     ):
         (model_files / name).write_bytes((RELEASE / name).read_bytes())
-    run_preset = get_training_preset("multi30k", dropout=0.1).as_dict()
+    run_preset = get_training_preset("multi30k", dropout=0.3).as_dict()
     monkeypatch.chdir(REPO)
     release = write_release(model_files, tmp_path / "release", results, training, run_preset)
     card = ModelCard.load(release / "README.md")
@@ -78,7 +78,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         ("test2017", "bleu"): 34.25, ("test2017", "sacrebleu"): 33.0, ("test2017", "chrf"): 55.5,
     }  # fmt: skip
     assert "| test2016[:50] | – | 39 | 59 |" in card.text and "python scripts/release.py" in card.text
-    assert "python scripts/train.py --preset multi30k --dropout 0.1 --output-dir outputs/release" in card.text
+    assert "python scripts/train.py --preset multi30k --dropout 0.3 --output-dir outputs/release" in card.text
     assert validate_folder(release) == []
 
 
@@ -88,9 +88,9 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
     monkeypatch.chdir(REPO)  # where the presets' relative corpus paths point from
     demo = get_training_preset("demo").as_dict()
     assert train_command(demo, "out") == "python scripts/train.py --preset demo --output-dir out"
-    run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.1, lr_factor=0.5, max_steps=5000).as_dict()))
+    run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.3, lr_factor=1.0, max_steps=8000).as_dict()))
     assert train_command(run, "out") == (
-        "python scripts/train.py --preset multi30k --max-steps 5000 --lr-factor 0.5 --dropout 0.1 --output-dir out"
+        "python scripts/train.py --preset multi30k --max-steps 8000 --lr-factor 1.0 --dropout 0.3 --output-dir out"
     )
     # the preset's corpus folder given by another path is the same corpus
     run["corpus"] = str(MULTI30K.resolve())
