@@ -31,7 +31,6 @@ PRESETS: dict[str, dict] = {
         "decoder_ffn_dim": 256,
         "encoder_attention_heads": 4,
         "decoder_attention_heads": 4,
-        "dropout": 0.3,
     },
 }
 

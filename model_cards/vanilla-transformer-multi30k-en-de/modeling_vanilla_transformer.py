@@ -23,6 +23,7 @@ from transformers.generation import (
     GenerateBeamEncoderDecoderOutput,
     GenerationConfig,
     GenerationMixin,
+    GenerationMode,
     LogitsProcessorList,
     MaxLengthCriteria,
     StoppingCriteria,
@@ -169,6 +170,44 @@ def positional_encoding(config: VanillaTransformerConfig) -> nn.Module:
     return VanillaTransformerSinusoidalPositionalEncoding(config)
 
 
+def concatenated_projection(*projections: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weight and bias of one linear layer that computes several of the same input side by side."""
+    weight = torch.cat([projection.weight for projection in projections])
+    bias = projections[0].bias
+    if bias is not None:
+        bias = torch.cat([projection.bias for projection in projections])
+    return weight, bias
+
+
+class ConcatenatedLinearFunction(torch.autograd.Function):
+    """`F.linear` on concatenated weights (one matmul for several projections of the same input) that keeps only the
+    separate weights for the backward pass: autograd through `torch.cat` would hold a concatenated copy of every
+    projection until the backward pass, more memory than three separate matmuls need."""
+
+    @staticmethod
+    def forward(ctx, states: torch.Tensor, num_projections: int, *weights_and_biases: torch.Tensor) -> torch.Tensor:
+        device_type = states.device.type
+        if torch.is_autocast_enabled(device_type):
+            # cast as autocast would cast F.linear's arguments, so that the backward pass runs in the same precision
+            dtype = torch.get_autocast_dtype(device_type)
+            states, weights_and_biases = states.to(dtype), [tensor.to(dtype) for tensor in weights_and_biases]
+        weights, biases = weights_and_biases[:num_projections], weights_and_biases[num_projections:]
+        ctx.save_for_backward(states, *weights)
+        ctx.num_biases = len(biases)
+        with torch.autocast(device_type, enabled=False):
+            return F.linear(states, torch.cat(weights), torch.cat(biases) if biases else None)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        states, *weights = ctx.saved_tensors
+        grad_states = grad_output @ torch.cat(weights) if ctx.needs_input_grad[0] else None
+        flat_grad = grad_output.reshape(-1, grad_output.shape[-1])
+        sizes = [weight.shape[0] for weight in weights]
+        grad_weights = (flat_grad.T @ states.reshape(-1, states.shape[-1])).split(sizes)
+        grad_biases = flat_grad.sum(0).split(sizes) if ctx.num_biases else ()
+        return grad_states, None, *grad_weights, *grad_biases
+
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -217,6 +256,16 @@ class VanillaTransformerAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
         self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
 
+    @staticmethod
+    def _project(states: torch.Tensor, *projections: nn.Linear) -> torch.Tensor:
+        """`states` through several projections at once; their outputs side by side on the last axis."""
+        if not torch.is_grad_enabled():
+            return F.linear(states, *concatenated_projection(*projections))
+        biases = [projection.bias for projection in projections if projection.bias is not None]
+        return ConcatenatedLinearFunction.apply(
+            states, len(projections), *[projection.weight for projection in projections], *biases
+        )
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -227,7 +276,16 @@ class VanillaTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
-        query_states = self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)
+        if not is_cross_attention:
+            # queries, keys and values of one input: one matmul on the concatenated weights instead of three
+            query_states, key_states, value_states = (
+                self._project(hidden_states, self.q_proj, self.k_proj, self.v_proj)
+                .view(*input_shape, 3, -1, self.head_dim)
+                .unbind(-3)
+            )
+            query_states = query_states.transpose(1, 2)
+        else:
+            query_states = self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)
 
         cache = None
         is_updated = False
@@ -247,10 +305,14 @@ class VanillaTransformerAttention(nn.Module):
             key_states = cache.layers[self.layer_idx].keys
             value_states = cache.layers[self.layer_idx].values
         else:
-            current_states = key_value_states if is_cross_attention else hidden_states
-            kv_shape = (*current_states.shape[:-1], -1, self.head_dim)
-            key_states = self.k_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, h, T_k, d_k)
-            value_states = self.v_proj(current_states).view(kv_shape).transpose(1, 2)
+            if is_cross_attention:
+                key_states, value_states = (
+                    self._project(key_value_states, self.k_proj, self.v_proj)
+                    .view(*key_value_states.shape[:-1], 2, -1, self.head_dim)
+                    .unbind(-3)
+                )
+            key_states = key_states.transpose(1, 2)  # (B, h, T_k, d_k)
+            value_states = value_states.transpose(1, 2)
             if cache is not None:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):
@@ -471,6 +533,11 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)
         check_shape(inputs_embeds, ("batch_size", "sequence_length", self.config.d_model), "inputs_embeds")
         batch_size, seq_length = inputs_embeds.shape[:2]
+        if seq_length == 0:  # else a reshape deep inside attention fails with a message about ambiguous sizes
+            raise ValueError(
+                f"The source is empty (shape {tuple(inputs_embeds.shape[:2])}): give every sentence at least one "
+                f"token; the tokenizer's encoding of an empty string is just </s>."
+            )
         check_shape(attention_mask, (batch_size, seq_length), "attention_mask", allow_4d=True)
 
         # §3.4 and §3.5: scaled embeddings plus positions, then dropout on the sums (§5.4)
@@ -741,6 +808,126 @@ class MaxLengthPerSentenceCriteria(StoppingCriteria):
         return input_ids.shape[-1] >= max_lengths
 
 
+class VanillaTransformerIncrementalDecoder:
+    """The decoder of a trained model run one target position at a time, for `generate` (greedy search and the
+    paper's beam search): the same arithmetic as `VanillaTransformerDecoder.forward` with a cache, in fewer and
+    larger operations.
+
+    - The source side of every encoder-decoder attention (its keys and values) is projected once per sentence.
+    - Each self-attention projects queries, keys and values with one matmul (the three weights concatenated once
+      per `generate` call) and writes keys and values into buffers preallocated for `max_length` positions, so no
+      step copies the past (a static cache).
+    - A single new query may attend to every cached position, so self-attention needs no mask; the source padding
+      mask is built once.
+    - The output projection multiplies by a transposed copy of the embedding matrix made once per call, which BLAS
+      runs faster for few rows than the `(vocab, d_model)` layout.
+
+    Rows may be reordered or dropped between steps (`select_rows`) as beams move and sentences finish.
+    """
+
+    def __init__(
+        self,
+        model: "VanillaTransformerForConditionalGeneration",
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None,
+        max_length: int,
+    ):
+        decoder = model.model.decoder
+        config = model.config
+        self.decoder = decoder
+        self.layers = list(decoder.layers)
+        self.normalize_before = config.normalize_before
+        self.num_heads = config.decoder_attention_heads
+        self.head_dim = config.d_model // self.num_heads
+        self.embed_scale = decoder.embed_scale
+        rows, source_length, _ = encoder_hidden_states.shape
+        dtype, device = encoder_hidden_states.dtype, encoder_hidden_states.device
+
+        self.self_qkv = [
+            concatenated_projection(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+            for layer in self.layers
+        ]
+        self.cross_keys, self.cross_values = [], []
+        for layer in self.layers:
+            keys, values = (
+                VanillaTransformerAttention._project(
+                    encoder_hidden_states, layer.encoder_attn.k_proj, layer.encoder_attn.v_proj
+                )
+                .view(rows, source_length, 2, self.num_heads, self.head_dim)
+                .permute(2, 0, 3, 1, 4)
+            )
+            self.cross_keys.append(keys.contiguous())
+            self.cross_values.append(values.contiguous())
+        # True where a source position may be attended to; None when no sentence is padded
+        self.cross_mask = None
+        if encoder_attention_mask is not None and not bool(encoder_attention_mask.all()):
+            self.cross_mask = encoder_attention_mask.bool()[:, None, None, :]
+        shape = (len(self.layers), rows, self.num_heads, max_length, self.head_dim)
+        self.keys = torch.empty(shape, dtype=dtype, device=device)
+        self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.output_projection = model.lm_head.weight.t().contiguous()
+        self.length = 0
+
+    def select_rows(self, rows: torch.Tensor, same_sources: bool = False) -> None:
+        """Keep the given rows, in that order (beam reordering and finished sentences leaving). `same_sources` says
+        that every row keeps reading the same source sentence (beams of one sentence trading places), so only the
+        target side moves."""
+        if rows.shape[0] == self.keys.shape[1]:  # a permutation: copy only the filled positions
+            self.keys[:, :, :, : self.length] = self.keys[:, rows, :, : self.length]
+            self.values[:, :, :, : self.length] = self.values[:, rows, :, : self.length]
+        else:
+            self.keys = self.keys[:, rows]
+            self.values = self.values[:, rows]
+        if rows.shape[0] != self.cross_keys[0].shape[0] or not same_sources:
+            self.cross_keys = [keys[rows] for keys in self.cross_keys]
+            self.cross_values = [values[rows] for values in self.cross_values]
+            if self.cross_mask is not None:
+                self.cross_mask = self.cross_mask[rows]
+
+    def _attend(self, query, keys, values, attention, mask=None) -> torch.Tensor:
+        rows = query.shape[0]
+        output = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=attention.scaling)
+        return attention.out_proj(output.transpose(1, 2).reshape(rows, 1, -1))
+
+    def _sublayer(self, hidden_states: torch.Tensor, norm: nn.LayerNorm, sublayer) -> torch.Tensor:
+        """§3.1's residual wrapping (post-LN), or pre-LN when the config asks for it."""
+        if self.normalize_before:
+            return hidden_states + sublayer(norm(hidden_states))
+        return norm(hidden_states + sublayer(hidden_states))
+
+    def step(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row, `(rows,)`; return the next-token logits, `(rows, vocab)`."""
+        rows, position = token_ids.shape[0], self.length
+        if position == self.keys.shape[3]:
+            raise ValueError(f"the decoding buffers hold {position} positions; pass a larger max_length")
+        decoder = self.decoder
+        positions = decoder.embed_positions(1, position).to(self.keys.dtype)
+        hidden_states = decoder.embed_tokens(token_ids[:, None]) * self.embed_scale + positions
+        for index, layer in enumerate(self.layers):
+
+            def self_attention(x, index=index, layer=layer):
+                weight, bias = self.self_qkv[index]
+                query, key, value = F.linear(x, weight, bias).view(rows, 3, self.num_heads, 1, self.head_dim).unbind(1)
+                self.keys[index, :, :, position] = key[:, :, 0]
+                self.values[index, :, :, position] = value[:, :, 0]
+                keys = self.keys[index, :, :, : position + 1]
+                values = self.values[index, :, :, : position + 1]
+                return self._attend(query, keys, values, layer.self_attn)
+
+            def cross_attention(x, index=index, layer=layer):
+                attention = layer.encoder_attn
+                query = attention.q_proj(x).view(rows, 1, self.num_heads, self.head_dim).transpose(1, 2)
+                return self._attend(query, self.cross_keys[index], self.cross_values[index], attention, self.cross_mask)
+
+            hidden_states = self._sublayer(hidden_states, layer.self_attn_layer_norm, self_attention)
+            hidden_states = self._sublayer(hidden_states, layer.encoder_attn_layer_norm, cross_attention)
+            hidden_states = self._sublayer(hidden_states, layer.final_layer_norm, layer.ffn)
+        if decoder.layer_norm is not None:
+            hidden_states = decoder.layer_norm(hidden_states)
+        self.length += 1
+        return (hidden_states[:, 0] @ self.output_projection).float()
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: encoder-decoder plus the pre-softmax linear projection tied to the embeddings
     (§3.4), trained with cross-entropy on the next target token. `generate` decodes as §6.1 does by default."""
@@ -888,6 +1075,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """
         length_penalty_form = kwargs.pop("length_penalty_form", None)
         over_input = kwargs.pop("max_new_tokens_over_input", _UNSET)
+        lean_decoding = kwargs.pop("lean_decoding", True)
         if kwargs.get("custom_generate") is not None:  # the caller brings its own decoding loop
             return super().generate(inputs, generation_config, **kwargs)
 
@@ -946,7 +1134,63 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             kwargs["custom_generate"] = functools.partial(
                 type(self)._paper_beam_search, max_new_tokens_per_row=max_new_tokens_per_row
             )
+        elif lean_decoding and self._lean_greedy_applies(resolved, kwargs):
+            kwargs["custom_generate"] = type(self)._lean_greedy_search
         return super().generate(inputs, generation_config, **kwargs)
+
+    def _lean_greedy_applies(self, generation_config: GenerationConfig, kwargs: dict) -> bool:
+        """Greedy search with nothing the incremental decoder cannot give (per-step outputs, a cache to return or
+        continue, decoder padding, assisted decoding, other processes to keep in step)."""
+        if generation_config.get_generation_mode() != GenerationMode.GREEDY_SEARCH or is_torchdynamo_compiling():
+            return False
+        if generation_config.use_cache is False or generation_config.return_dict_in_generate:
+            return False
+        if any(
+            kwargs.get(name) is not None for name in ("past_key_values", "decoder_inputs_embeds", "assistant_model")
+        ):
+            return False
+        decoder_attention_mask = kwargs.get("decoder_attention_mask")
+        return not kwargs.get("synced_gpus") and (decoder_attention_mask is None or bool(decoder_attention_mask.all()))
+
+    def _lean_greedy_search(
+        self,
+        input_ids: torch.LongTensor,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        generation_config: GenerationConfig,
+        synced_gpus: bool = False,
+        streamer=None,
+        **model_kwargs,
+    ) -> torch.LongTensor:
+        """Greedy search exactly as transformers' `_sample` runs it (the same logits processors, stopping criteria,
+        padding of finished rows and streamer), with the model step on a `VanillaTransformerIncrementalDecoder`
+        instead of a full `forward` with a dynamic cache. `generate` picks it for greedy search unless
+        `lean_decoding=False` or an option needs transformers' loop (see `_lean_greedy_applies`)."""
+        pad_token_id = generation_config._pad_token_tensor
+        has_eos_stopping_criteria = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
+        decoder = VanillaTransformerIncrementalDecoder(
+            self,
+            model_kwargs["encoder_outputs"][0],
+            model_kwargs.get("attention_mask"),
+            max(generation_config.max_length, input_ids.shape[1]),
+        )
+        for position in range(input_ids.shape[1] - 1):  # a decoder prompt longer than the start token
+            decoder.step(input_ids[:, position])
+        unfinished_sequences = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+        while True:
+            next_token_scores = logits_processor(input_ids, decoder.step(input_ids[:, -1]))
+            next_tokens = next_token_scores.argmax(dim=-1)
+            if has_eos_stopping_criteria:
+                next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
+            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+            if streamer is not None:
+                streamer.put(next_tokens.cpu())
+            unfinished_sequences = unfinished_sequences & ~stopping_criteria(input_ids, next_token_scores)
+            if unfinished_sequences.max() == 0:
+                break
+        if streamer is not None:
+            streamer.end()
+        return input_ids
 
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
         """The number of non-padding source tokens of each sentence, from whatever `generate` was given."""
@@ -1040,7 +1284,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
         Returns the best `num_return_sequences` finished hypotheses of each sentence, decoder start token first and
         padding after EOS, or with `return_dict_in_generate=True` a `GenerateBeamEncoderDecoderOutput` that adds
-        their scores as `sequences_scores` and the decoder cache of the last step.
+        their scores as `sequences_scores`. With the cache on (the default), the decoder runs incrementally on a
+        `VanillaTransformerIncrementalDecoder`.
         """
         for processor in logits_processor:
             if type(processor) not in PAPER_BEAM_SEARCH_LOGITS_PROCESSORS:
@@ -1090,28 +1335,31 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         finished_scores = torch.full((batch_size, num_beams), -math.inf, device=device)
         finished_lengths = torch.full((batch_size, num_beams), prompt_length, device=device)
 
-        use_cache = model_kwargs.get("use_cache", True) and model_kwargs.get("past_key_values") is not None
-        cache = model_kwargs.get("past_key_values") if use_cache else None
         encoder_hidden_states = model_kwargs["encoder_outputs"][0]  # (batch_size * num_beams, source_length, d_model)
         encoder_attention_mask = model_kwargs.get("attention_mask")
         if encoder_attention_mask is not None:
             encoder_attention_mask = encoder_attention_mask.to(device)
+        decoder = None
+        if model_kwargs.get("use_cache", True):
+            decoder = VanillaTransformerIncrementalDecoder(self, encoder_hidden_states, encoder_attention_mask, longest)
+            for position in range(prompt_length - 1):
+                decoder.step(input_ids[:, position])
         active = torch.arange(batch_size, device=device)  # sentences still searched, in the cache's row order
         cur_len = prompt_length
         while True:
             num_active = active.shape[0]
             running = sequences[active]
-            past_length = cache.get_seq_length() if cache is not None else 0
-            outputs = self(
-                encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
-                attention_mask=encoder_attention_mask,
-                decoder_input_ids=running[:, :, past_length:cur_len].reshape(num_active * num_beams, -1),
-                past_key_values=cache,
-                use_cache=use_cache,
-            )
-            log_probs = F.log_softmax(outputs.logits[:, -1, :].float(), dim=-1)
+            if decoder is not None:
+                logits = decoder.step(running[:, :, cur_len - 1].reshape(-1))
+            else:
+                logits = self(
+                    encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+                    attention_mask=encoder_attention_mask,
+                    decoder_input_ids=running[:, :, :cur_len].reshape(num_active * num_beams, -1),
+                    use_cache=False,
+                ).logits[:, -1, :]
+            log_probs = F.log_softmax(logits.float(), dim=-1)
             log_probs = logits_processor(running[:, :, :cur_len].reshape(num_active * num_beams, cur_len), log_probs)
-            del outputs
             vocab_size = log_probs.shape[-1]
             log_probs = log_probs.view(num_active, num_beams, vocab_size) + running_scores[active][:, :, None]
             top_scores, top_indices = log_probs.view(num_active, -1).topk(num_candidates, dim=1)
@@ -1151,23 +1399,23 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             if bool(done.all()):
                 break
             keep_rows = (~done).nonzero().squeeze(-1)
-            if cache is not None:  # the beams that run on, of the sentences that run on
-                cache.reorder_cache((keep_rows[:, None] * num_beams + next_source_beams[keep_rows]).view(-1))
+            if decoder is not None:  # the beams that run on, of the sentences that run on
+                rows = (keep_rows[:, None] * num_beams + next_source_beams[keep_rows]).view(-1)
+                decoder.select_rows(rows, same_sources=True)
             if keep_rows.shape[0] < num_active:
                 active = active[keep_rows]
-                rows = (keep_rows[:, None] * num_beams + beams).view(-1)
-                encoder_hidden_states = encoder_hidden_states[rows]
-                if encoder_attention_mask is not None:
-                    encoder_attention_mask = encoder_attention_mask[rows]
+                if decoder is None:
+                    rows = (keep_rows[:, None] * num_beams + beams).view(-1)
+                    encoder_hidden_states = encoder_hidden_states[rows]
+                    if encoder_attention_mask is not None:
+                        encoder_attention_mask = encoder_attention_mask[rows]
 
         lengths = finished_lengths[:, :num_return_sequences]
         output = finished[:, :num_return_sequences, : int(lengths.max())].reshape(batch_size * num_return_sequences, -1)
         if not generation_config.return_dict_in_generate:
             return output
         return GenerateBeamEncoderDecoderOutput(
-            sequences=output,
-            sequences_scores=finished_scores[:, :num_return_sequences].reshape(-1),
-            past_key_values=cache,
+            sequences=output, sequences_scores=finished_scores[:, :num_return_sequences].reshape(-1)
         )
 
 
