@@ -45,7 +45,9 @@ def main() -> None:
     parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
     parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-resume", action="store_true", help="start over even if checkpoints exist")
+    parser.add_argument(
+        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
+    )
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--log-steps", type=int, default=50)
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")

@@ -49,7 +49,9 @@ def main() -> None:
     parser.add_argument("--train-samples", type=int, help="train on the first N pairs only")
     parser.add_argument("--log-steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-resume", action="store_true", help="start over even if checkpoints exist")
+    parser.add_argument(
+        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
+    )
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     args = parser.parse_args()
 

@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -7,6 +8,7 @@ from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
+from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.recipe import (
     TRAINING_PRESETS,
     VanillaTransformerTrainer,
@@ -15,7 +17,9 @@ from vanilla_transformer.recipe import (
     paper_learning_rate,
     paper_schedule,
     peak_learning_rate,
+    record_run_preset,
 )
+from vanilla_transformer.training import train
 
 
 def test_schedule_follows_the_formula():
@@ -141,3 +145,32 @@ def test_evaluation_leaves_the_papers_generation_config_alone(builtin_tokenizer,
     assert metrics["eval_rows"] == 8
     assert trainer.model.generation_config.to_dict() == before
     assert trainer.model.generation_config.max_length is None  # a saved max_length=20 would cut translations
+
+
+def test_a_run_continues_only_with_the_settings_it_recorded(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    run = tmp_path / "run"
+    preset = get_training_preset("demo", corpus="corpus")
+    record_run_preset(run, preset, resume=True)
+    (run / "checkpoint-100").mkdir()
+    # longer, and the same corpus folder written another way: the same run
+    record_run_preset(run, get_training_preset("demo", corpus=str(tmp_path / "corpus"), max_steps=900), resume=True)
+    assert json.loads((run / "preset.json").read_text())["max_steps"] == 900
+    with pytest.raises(ValueError, match=r"other settings \(lr_factor: 0.5 -> 1.0; dropout: 0.1 -> 0.3\)"):
+        record_run_preset(run, get_training_preset("demo", corpus="corpus", dropout=0.3, lr_factor=1.0), resume=True)
+    with pytest.raises(ValueError, match="already holds a run \\(checkpoint-100\\); starting over"):
+        record_run_preset(run, preset, resume=False)
+    assert json.loads((run / "preset.json").read_text())["dropout"] == 0.1  # the record is left as it was
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint-100", "preset.json"]
+
+
+@pytest.mark.parametrize("train_function", [train, train_no_trainer])
+def test_training_refuses_to_mix_two_runs_in_one_folder(train_function, tmp_path):
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
+    with pytest.raises(ValueError, match="already holds a run \\(tokenizer\\)"):
+        train_function(get_training_preset("demo"), tmp_path, resume=False)
+    (tmp_path / "preset.json").write_text(json.dumps(get_training_preset("demo", vocab_size=500).as_dict()))
+    with pytest.raises(ValueError, match="vocab_size: 500 -> 1000"):
+        train_function(get_training_preset("demo"), tmp_path)

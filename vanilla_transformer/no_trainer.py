@@ -27,7 +27,7 @@ from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
 from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
-from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate
+from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate, record_run_preset
 from .training import build_model, build_tokenizer
 
 LOG_FILE = "train_log.json"
@@ -158,9 +158,7 @@ def train_no_trainer(
     if threads:
         torch.set_num_threads(threads)
     set_seed(seed)
-    if accelerator.is_main_process:
-        output.mkdir(parents=True, exist_ok=True)
-        (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
+    record_run_preset(output, preset, resume, write=accelerator.is_main_process)
 
     # the main process trains and saves the tokenizer (and fills the `datasets` cache) before the others read them
     with accelerator.main_process_first():

@@ -2,6 +2,7 @@
 label smoothing 0.1 (§5.4), token-based batching (§5.1) with gradient accumulation, and presets."""
 
 import copy
+import json
 import math
 import os
 import shutil
@@ -16,7 +17,7 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, rotate_checkpoints
 
-from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
+from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, list_checkpoints, remove_stale_staging
 from .data.batching import TokenBudgetBatchSampler
 from .integrity import fsync_directory, fsync_tree, write_checksums
 
@@ -121,6 +122,56 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
     if name not in TRAINING_PRESETS:
         raise ValueError(f"unknown training preset {name!r}; choose one of {sorted(TRAINING_PRESETS)}.")
     return replace(TRAINING_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+# The fields a resumed run may change: how long it runs and what it keeps, not what its updates so far did (the §5.3
+# rate depends on the step alone, so a longer run continues the same curve).
+RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
+
+
+def same_setting(field: str, value: object, other: object) -> bool:
+    """Whether two values of a preset field (as `preset.json` holds them) mean the same thing."""
+    if field == "corpus" and value != other and Path(str(value)).is_dir():
+        # the same folder written another way (absolute, or relative to another directory)
+        return Path(str(other)).is_dir() and Path(str(value)).samefile(str(other))
+    return value == other
+
+
+def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bool, write: bool = True) -> None:
+    """Write `preset` to `output_dir/preset.json`, the record of what the run in that folder trained with.
+
+    A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the preset that run
+    recorded, `RESUMABLE_FIELDS` aside, and never restarted: either would leave checkpoints of two runs side by side,
+    averaged together at the end, and a `preset.json` that describes neither. Both raise a `ValueError` that says
+    what differs. `write=False` checks only (the other processes of a distributed run)."""
+    output = Path(output_dir)
+    record = output / "preset.json"
+    new = json.loads(json.dumps(preset.as_dict()))  # as preset.json holds it: lists, not tuples
+    earlier = list_checkpoints(output) if output.is_dir() else []
+    if (output / "tokenizer" / "tokenizer.json").is_file():
+        earlier.append(output / "tokenizer")
+    if earlier and not resume:
+        raise ValueError(
+            f"{output} already holds a run ({', '.join(path.name for path in earlier)}); starting over there would "
+            "mix its checkpoints with the new ones. Give a new output directory, or delete that one first."
+        )
+    if earlier and record.is_file():
+        saved = json.loads(record.read_text())
+        changed = [
+            f"{field}: {saved.get(field)!r} -> {value!r}"
+            for field, value in new.items()
+            if field not in RESUMABLE_FIELDS and not same_setting(field, value, saved.get(field))
+        ]
+        if changed:
+            raise ValueError(
+                f"{output} holds a run trained with other settings ({'; '.join(changed)}). Resume it with the "
+                f"settings in {record} (only {', '.join(RESUMABLE_FIELDS)} may change), or give a new output directory."
+            )
+    if write:
+        output.mkdir(parents=True, exist_ok=True)
+        staging = record.with_name(f"{STAGING_PREFIX}{record.name}")
+        staging.write_text(json.dumps(new, indent=2) + "\n")
+        os.replace(staging, record)
 
 
 def peak_learning_rate(d_model: int, warmup_steps: int, factor: float = 1.0) -> float:

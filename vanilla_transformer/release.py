@@ -10,7 +10,7 @@ from .checkpoints import staged_folder
 from .data.corpora import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card
-from .recipe import TRAINING_PRESETS
+from .recipe import TRAINING_PRESETS, same_setting
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
 # TrainingPreset fields that `scripts/train.py` sets with a flag of the same name
@@ -18,13 +18,6 @@ FLAG_FIELDS = (
     "corpus", "dataset_config", "valid_split", "vocab_size", "max_tokens", "tokens_per_update", "warmup_steps",
     "lr_factor", "max_steps", "save_steps", "eval_steps", "average_last", "label_smoothing", "dropout", "max_length",
 )  # fmt: skip
-
-
-def _same_value(field: str, run_value: object, preset_value: object) -> bool:
-    if field == "corpus" and run_value != preset_value and Path(str(run_value)).is_dir():
-        # the same folder written another way (absolute, or relative to another directory)
-        return Path(str(preset_value)).is_dir() and Path(str(run_value)).samefile(str(preset_value))
-    return run_value == preset_value
 
 
 def train_command(run_preset: dict, output_dir: str) -> str:
@@ -35,7 +28,7 @@ def train_command(run_preset: dict, output_dir: str) -> str:
 
     def changed(name: str) -> list[str]:
         preset = json.loads(json.dumps(TRAINING_PRESETS[name].as_dict()))
-        return [field for field in preset if not _same_value(field, run_preset.get(field), preset[field])]
+        return [field for field in preset if not same_setting(field, run_preset.get(field), preset[field])]
 
     name = min(TRAINING_PRESETS, key=lambda name: len(changed(name)))
     unflagged = [field for field in changed(name) if field not in FLAG_FIELDS]

@@ -1,7 +1,6 @@
 """The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,13 @@ from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .recipe import TrainingPreset, VanillaTransformerTrainer, label_smoothed_loss, peak_learning_rate
+from .recipe import (
+    TrainingPreset,
+    VanillaTransformerTrainer,
+    label_smoothed_loss,
+    peak_learning_rate,
+    record_run_preset,
+)
 from .tokenization import save_tokenizer, train_joint_bpe
 
 
@@ -80,6 +85,7 @@ def train(
 ) -> TrainingRun:
     """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
     its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
+    A folder that holds a run trained with other settings is refused (`recipe.record_run_preset`).
 
     Validation during training decodes with `eval_beams` beams (greedy by default: the paper's beam 4 is for the
     final model), on the first `eval_samples` valid pairs if given.
@@ -97,8 +103,7 @@ def train(
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
     world_size, is_main_process = state.num_processes, state.is_main_process
-    if is_main_process:
-        (output / "preset.json").write_text(json.dumps(preset.as_dict(), indent=2) + "\n")
+    record_run_preset(output, preset, resume, write=is_main_process)
 
     # the main process trains and saves the tokenizer (and fills the `datasets` cache) before the others read them
     with state.main_process_first():
