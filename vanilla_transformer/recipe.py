@@ -262,6 +262,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             resume_from_checkpoint = str(latest)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # a checkpoint stores tied matrices once (`model.shared.weight`); transformers would report their aliases as
+        # missing on every resume, although loading the one matrix restores them all
+        tied = set(self.model.all_tied_weights_keys)
+        untied = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=untied))
+
     def _get_output_dir(self, trial) -> str:
         # while `_save_checkpoint` runs, transformers' code writes `checkpoint-N` inside the staging folder
         return self._staging_dir if self._staging_dir is not None else super()._get_output_dir(trial)
