@@ -2,6 +2,9 @@
 Hub-ready release folder with a model card.
 
     python scripts/release.py --run-dir outputs/multi30k --output-dir model_cards/vanilla-transformer-multi30k-en-de
+
+With `--length-penalties 0.6,1.0,1.5`, valid is decoded with each length penalty α first, and the best one becomes
+the release's default (§6.1 chose α on the development set); the card lists the BLEU of each.
 """
 
 import argparse
@@ -15,7 +18,7 @@ import torch
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
 from vanilla_transformer.hub import training_hyperparameters
-from vanilla_transformer.release import evaluate_release, write_release
+from vanilla_transformer.release import evaluate_release, set_length_penalty, tune_length_penalty, write_release
 
 
 def hardware() -> str:
@@ -32,6 +35,11 @@ def main() -> None:
     parser.add_argument("--data-dir", default="../shared/data/multi30k")
     parser.add_argument("--hardware", default=hardware(), help="what the run trained on, for the card")
     parser.add_argument("--status", default="final", help="a line for the card, e.g. 'training in progress'")
+    parser.add_argument(
+        "--length-penalties",
+        type=lambda text: [float(value) for value in text.split(",")],
+        help="comma-separated α values to try on valid; the best is the release's (default: the paper's 0.6)",
+    )
     args = parser.parse_args()
 
     run = Path(args.run_dir)
@@ -41,6 +49,16 @@ def main() -> None:
     averaged = average_checkpoints(run, final, last)
     state = json.loads((averaged[-1] / "trainer_state.json").read_text())
     config = json.loads((final / "config.json").read_text())
+    tuning, on_valid = "", {}
+    if args.length_penalties:
+        on_valid = tune_length_penalty(final, args.data_dir, args.length_penalties)
+        best = max(on_valid, key=on_valid.get)
+        set_length_penalty(final, best)
+        tuning = (
+            f" Length penalty α={best}, the best on valid (BLEU (tok) "
+            f"{', '.join(f'{alpha}: {bleu}' for alpha, bleu in on_valid.items())}); §6.1 chose its α on the "
+            f"development set too."
+        )
     hours = (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
     parameters = sum(t.numel() for t in vanilla_transformer.VanillaTransformerForConditionalGeneration.from_pretrained(
         final).parameters())  # fmt: skip
@@ -49,7 +67,7 @@ def main() -> None:
         "summary": (
             f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
             f"{hours:.1f} h wall-clock on {args.hardware}; the average of checkpoints "
-            f"{', '.join(p.name.split('-')[1] for p in averaged)}."
+            f"{', '.join(p.name.split('-')[1] for p in averaged)}.{tuning}"
         ),
         "parameters": parameters,
         "updates": state["global_step"],
@@ -57,10 +75,13 @@ def main() -> None:
         "wall_clock_hours": round(hours, 2),
         "hardware": args.hardware,
         "averaged_checkpoints": [p.name for p in averaged],
-        "hyperparameters": training_hyperparameters(config, preset),
+        "tokenized_bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in on_valid.items()},
+        "hyperparameters": training_hyperparameters(
+            config, preset, json.loads((final / "generation_config.json").read_text())
+        ),
     }
     results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
-    write_release(final, args.output_dir, results, training, preset)
+    write_release(final, args.output_dir, results, training, preset, args.length_penalties)
     print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
     print(f"checkpoints available: {[p.name for p in list_checkpoints(run)]}")
 

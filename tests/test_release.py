@@ -73,7 +73,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         (model_files / name).write_bytes((RELEASE / name).read_bytes())
     run_preset = get_training_preset("multi30k", dropout=0.3).as_dict()
     monkeypatch.chdir(REPO)
-    release = write_release(model_files, tmp_path / "release", results, training, run_preset)
+    release = write_release(model_files, tmp_path / "release", results, training, run_preset, [0.6, 1.5])
     card = ModelCard.load(release / "README.md")
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
         ("test2016", "bleu"): 41.5, ("test2016", "sacrebleu"): 40.12, ("test2016", "chrf"): 60.0,
@@ -81,6 +81,8 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
     }  # fmt: skip
     assert "| test2016[:50] | – | 39 | 59 |" in card.text and "python scripts/release.py" in card.text
     assert "python scripts/train.py --preset multi30k --dropout 0.3 --output-dir outputs/release" in card.text
+    assert "--output-dir model_cards/release --length-penalties 0.6,1.5" in card.text
+    assert f"the paper's beam search ({training['hyperparameters']['decoding']})" in card.text
     assert validate_folder(release) == []
 
 
@@ -110,3 +112,30 @@ def test_flag_fields_are_exactly_the_preset_fields_train_py_takes_as_flags():
     ).stdout
     flagged = {field for field in get_training_preset("demo").as_dict() if f"--{field.replace('_', '-')} " in usage}
     assert flagged == set(FLAG_FIELDS)
+
+
+def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(tmp_path):
+    from transformers import GenerationConfig
+
+    from vanilla_transformer.evaluation import evaluate_model_on_split
+    from vanilla_transformer.release import set_length_penalty, tune_length_penalty
+
+    data = tmp_path / "data"
+    (data / "tok").mkdir(parents=True)
+    for name in ("valid.en", "valid.de", "tok/valid.lc.norm.tok.de"):
+        (data / name).write_text("\n".join(read_lines(MULTI30K / name)[:40]) + "\n")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in RELEASE.iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+
+    on_valid = tune_length_penalty(folder, data, [0.0, 3.0])
+    set_length_penalty(folder, 3.0)
+    assert GenerationConfig.from_pretrained(folder).length_penalty == 3.0
+    long = evaluate_model_on_split(str(folder), "valid", data, output_hypotheses=tmp_path / "long")
+    short = evaluate_model_on_split(str(folder), "valid", data, output_hypotheses=tmp_path / "short", length_penalty=0)
+    assert (long["length_penalty"], short["length_penalty"]) == (3.0, 0)
+    assert round(long["tokenized_bleu"]["score"], 2) == on_valid[3.0]
+    assert round(short["tokenized_bleu"]["score"], 2) == on_valid[0.0]
+    # a larger α favours longer translations
+    assert long["bleu"]["sys_len"] > short["bleu"]["sys_len"]

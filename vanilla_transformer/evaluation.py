@@ -181,10 +181,12 @@ def evaluate_model_on_split(
     batch_size: int = 64,
     num_beams: int = 4,
     output_hypotheses: str | Path | None = None,
+    length_penalty: float | None = None,
 ) -> dict:
     """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
-    `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1).
+    `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1); the length penalty
+    α is the model's `generation_config` one unless `length_penalty` is given.
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
     import torch
@@ -202,7 +204,11 @@ def evaluate_model_on_split(
 
     # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, "cuda" if torch.cuda.is_available() else "cpu")
-    hypotheses = translate(model, tokenizer, sources, batch_size=batch_size, num_beams=num_beams)
+    if length_penalty is None:
+        length_penalty = model.generation_config.length_penalty
+    hypotheses = translate(
+        model, tokenizer, sources, batch_size=batch_size, num_beams=num_beams, length_penalty=length_penalty
+    )
     if output_hypotheses is not None:
         write_lines(output_hypotheses, hypotheses)
 
@@ -213,6 +219,7 @@ def evaluate_model_on_split(
         "source_lang": source_lang,
         "target_lang": target_lang,
         "num_beams": num_beams,
+        "length_penalty": length_penalty,
         "references": str(references_path),
         "tokenized_references": str(tokenized_references_path) if has_tokenized_references else None,
         "hypotheses": str(output_hypotheses) if output_hypotheses is not None else None,

@@ -73,12 +73,22 @@ def dataset_id(corpus: str) -> str:
     return corpus  # a `datasets` name (`wmt14`, `bentrevett/multi30k`) is already an id
 
 
-def training_hyperparameters(config: dict, preset: dict | None = None) -> dict:
-    """The card's hyperparameter table: the architecture from `config.json`, the recipe from the run's preset."""
+def decoding_summary(generation: dict | None = None) -> str:
+    """The decoding a `generation_config.json` sets, in a few words (the paper's §6.1 settings when not given)."""
+    generation = generation or {}
+    return (
+        f"beam {generation.get('num_beams', 4)}, GNMT length penalty α={generation.get('length_penalty', 0.6)}, "
+        f"at most input length + {generation.get('max_new_tokens_over_input', 50)} tokens"
+    )
+
+
+def training_hyperparameters(config: dict, preset: dict | None = None, generation: dict | None = None) -> dict:
+    """The card's hyperparameter table: the architecture from `config.json`, the recipe from the run's preset, the
+    decoding from `generation_config.json` (the paper's when not given)."""
     table = {key: config[key] for key in CONFIG_HYPERPARAMETERS if key in config}
     table.update({key: preset[key] for key in PRESET_HYPERPARAMETERS if preset and key in preset})
     table["optimizer"] = "Adam(0.9, 0.98, 1e-9)"
-    table["decoding"] = "beam 4, GNMT length penalty 0.6, max input+50"
+    table["decoding"] = decoding_summary(generation)
     return table
 
 
@@ -171,6 +181,7 @@ def render_model_card(
         signature=signatures[0] if signatures else None,
         training_summary=training["summary"],
         hyperparameters=training["hyperparameters"],
+        decoding=training["hyperparameters"].get("decoding", decoding_summary()),
         reproduce=reproduce,
     )
     return ModelCard(text)

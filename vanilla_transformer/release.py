@@ -6,6 +6,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from transformers import GenerationConfig
+
 from .checkpoints import staged_folder
 from .data.corpora import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
@@ -41,6 +43,26 @@ def train_command(run_preset: dict, output_dir: str) -> str:
     return f"python scripts/train.py --preset {name}{flags} --output-dir {output_dir}"
 
 
+def tune_length_penalty(
+    folder: str | Path, data_dir: str | Path, alphas: list[float], split: str = "valid", batch_size: int = 100
+) -> dict[float, float]:
+    """BLEU on `split` for each length penalty α, the folder's other decoding settings kept: the paper chose its
+    α = 0.6 "after experimentation on the development set" (§6.1), and a release on other data may do the same. The
+    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU otherwise."""
+    scores = {}
+    for alpha in alphas:
+        result = evaluate_model_on_split(str(folder), split, data_dir, batch_size=batch_size, length_penalty=alpha)
+        scores[alpha] = round((result.get("tokenized_bleu") or result["bleu"])["score"], 2)
+    return scores
+
+
+def set_length_penalty(folder: str | Path, alpha: float) -> None:
+    """Make `alpha` the default length penalty of the model folder's `generation_config.json`."""
+    generation = GenerationConfig.from_pretrained(folder)
+    generation.length_penalty = alpha
+    generation.save_pretrained(folder)
+
+
 def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str, ...], batch_size: int = 100) -> dict:
     """Scores of the folder on each split (paper decoding), plus those of the first `SMOKE_SENTENCES` translations of
     the first split."""
@@ -67,10 +89,16 @@ def _summary(scores: dict) -> dict:
 
 
 def write_release(
-    final_dir: str | Path, release_dir: str | Path, results: dict, training: dict, run_preset: dict
+    final_dir: str | Path,
+    release_dir: str | Path,
+    results: dict,
+    training: dict,
+    run_preset: dict,
+    length_penalties: list[float] | None = None,
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (`model_cards/template.md`, with the commands that
-    reproduce the run from its `preset.json`); the folder replaces `release_dir` only whole."""
+    reproduce the run from its `preset.json`, and the release from the α values tried on valid, if any); the folder
+    replaces `release_dir` only whole."""
     release = Path(release_dir)
     summaries = {split: _summary(scores) for split, scores in results.items()}
     run_dir = f"outputs/{release.name}"
@@ -81,7 +109,8 @@ def write_release(
         dataset="multi30k",
         reproduce=[
             train_command(run_preset, run_dir),
-            f"python scripts/release.py --run-dir {run_dir} --output-dir model_cards/{release.name}",
+            f"python scripts/release.py --run-dir {run_dir} --output-dir model_cards/{release.name}"
+            + (f" --length-penalties {','.join(map(str, length_penalties))}" if length_penalties else ""),
         ],
     )
     with staged_folder(release) as staging:
