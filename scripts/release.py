@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--last", type=int, help="checkpoints to average (default: the run preset's average_last)")
     parser.add_argument("--data-dir", default="../shared/data/multi30k")
     parser.add_argument("--hardware", default=hardware(), help="what the run trained on, for the card")
+    parser.add_argument(
+        "--train-hours", type=float, help="training time for the card, e.g. the sum of train_runtime of resumed runs"
+    )
     parser.add_argument("--status", default="final", help="a line for the card, e.g. 'training in progress'")
     parser.add_argument(
         "--length-penalties",
@@ -59,7 +62,11 @@ def main() -> None:
             f"{', '.join(f'{alpha}: {bleu}' for alpha, bleu in on_valid.items())}); §6.1 chose its α on the "
             f"development set too."
         )
-    hours = (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
+    # from the tokenizer to the last checkpoint, which overstates a run resumed after a pause: give --train-hours then
+    hours = (
+        args.train_hours
+        or (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
+    )
     parameters = sum(t.numel() for t in vanilla_transformer.VanillaTransformerForConditionalGeneration.from_pretrained(
         final).parameters())  # fmt: skip
     training = {
