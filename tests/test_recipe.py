@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.checkpoints import list_checkpoints
 from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
 from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.recipe import (
@@ -169,6 +170,8 @@ def test_a_run_continues_only_with_the_settings_it_recorded(tmp_path, monkeypatc
     assert json.loads((run / "preset.json").read_text())["max_steps"] == 900
     with pytest.raises(ValueError, match=r"other settings \(lr_factor: 0.5 -> 1.0; dropout: 0.1 -> 0.3\)"):
         record_run_preset(run, get_training_preset("demo", corpus="corpus", dropout=0.3, lr_factor=1.0), resume=True)
+    with pytest.raises(ValueError, match="holds checkpoint-100, past max_steps=50"):
+        record_run_preset(run, get_training_preset("demo", corpus="corpus", max_steps=50), resume=True)
     with pytest.raises(ValueError, match="already holds a run \\(checkpoint-100\\); starting over"):
         record_run_preset(run, preset, resume=False)
     assert json.loads((run / "preset.json").read_text())["dropout"] == 0.1  # the record is left as it was
@@ -184,3 +187,14 @@ def test_training_refuses_to_mix_two_runs_in_one_folder(train_function, tmp_path
     (tmp_path / "preset.json").write_text(json.dumps(get_training_preset("demo", vocab_size=500).as_dict()))
     with pytest.raises(ValueError, match="vocab_size: 500 -> 1000"):
         train_function(get_training_preset("demo"), tmp_path)
+
+
+def test_a_finished_run_started_again_trains_no_further(tmp_path):
+    preset = get_training_preset("demo", max_steps=4, save_steps=2, eval_steps=4, average_last=2, max_length=16)
+    options = {"eval_samples": 4, "report_to": "none", "progress": False, "threads": 1}
+    train(preset, tmp_path, **options)
+    before = (tmp_path / "final" / "model.safetensors").read_bytes()
+    run = train(preset, tmp_path, **options)  # transformers' loop alone would take a fifth step and save it
+    assert [path.name for path in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4"]
+    assert (tmp_path / "final" / "model.safetensors").read_bytes() == before
+    assert run.log_history and run.train_seconds == 0.0

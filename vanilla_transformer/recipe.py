@@ -144,7 +144,8 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
     A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the preset that run
     recorded, `RESUMABLE_FIELDS` aside, and never restarted: either would leave checkpoints of two runs side by side,
     averaged together at the end, and a `preset.json` that describes neither. Both raise a `ValueError` that says
-    what differs. `write=False` checks only (the other processes of a distributed run)."""
+    what differs, as does a `max_steps` below the newest checkpoint's step. `write=False` checks only (the other
+    processes of a distributed run)."""
     output = Path(output_dir)
     record = output / "preset.json"
     new = json.loads(json.dumps(preset.as_dict()))  # as preset.json holds it: lists, not tuples
@@ -155,6 +156,12 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
         raise ValueError(
             f"{output} already holds a run ({', '.join(path.name for path in earlier)}); starting over there would "
             "mix its checkpoints with the new ones. Give a new output directory, or delete that one first."
+        )
+    newest_step = max((int(path.name.rsplit("-", 1)[1]) for path in earlier if path.name != "tokenizer"), default=0)
+    if newest_step > preset.max_steps:
+        raise ValueError(
+            f"{output} holds checkpoint-{newest_step}, past max_steps={preset.max_steps}: give a max_steps of at least "
+            f"{newest_step}, or average the checkpoints you want with scripts/average_checkpoints.py."
         )
     if earlier and record.is_file():
         saved = json.loads(record.read_text())

@@ -1,6 +1,7 @@
 """The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,12 +181,19 @@ def train(
 
     # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
     checkpoint = last_complete_checkpoint(output) if resume else None
-    if checkpoint:
-        print(f"resuming from {checkpoint}")
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    state = json.loads((checkpoint / "trainer_state.json").read_text()) if checkpoint else {"global_step": 0}
+    if state["global_step"] >= preset.max_steps:
+        # a finished run started again: transformers' loop would take one more step before it looks at max_steps
+        print(f"{checkpoint} has reached max_steps={preset.max_steps}; nothing to train")
+        log_history, train_seconds = state["log_history"], 0.0
+    else:
+        if checkpoint:
+            print(f"resuming from {checkpoint}")
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        log_history, train_seconds = trainer.state.log_history, result.metrics.get("train_runtime", 0.0)
     final = output / "final"
     if trainer.is_world_process_zero():
         averaged = average_checkpoints(output, final, preset.average_last)
         print(f"averaged {[p.name for p in averaged]} into {final}")
     trainer.accelerator.wait_for_everyone()
-    return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))
+    return TrainingRun(output, final, log_history, train_seconds)
