@@ -88,7 +88,11 @@ def main() -> None:
         ),
     }
     results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
-    write_release(final, args.output_dir, results, training, preset, args.length_penalties)
+    # the options that change the released model, for the card's reproduce line
+    release_flags = (f" --last {args.last}" if args.last else "") + (
+        f" --length-penalties {','.join(map(str, args.length_penalties))}" if args.length_penalties else ""
+    )
+    write_release(final, args.output_dir, results, training, preset, release_flags)
     print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
     print(f"checkpoints available: {[p.name for p in list_checkpoints(run)]}")
 

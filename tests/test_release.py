@@ -73,7 +73,9 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         (model_files / name).write_bytes((RELEASE / name).read_bytes())
     run_preset = get_training_preset("multi30k", dropout=0.3).as_dict()
     monkeypatch.chdir(REPO)
-    release = write_release(model_files, tmp_path / "release", results, training, run_preset, [0.6, 1.5])
+    release = write_release(
+        model_files, tmp_path / "release", results, training, run_preset, " --length-penalties 0.6,1.5"
+    )
     card = ModelCard.load(release / "README.md")
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
         ("test2016", "bleu"): 41.5, ("test2016", "sacrebleu"): 40.12, ("test2016", "chrf"): 60.0,

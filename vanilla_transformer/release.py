@@ -94,11 +94,11 @@ def write_release(
     results: dict,
     training: dict,
     run_preset: dict,
-    length_penalties: list[float] | None = None,
+    release_flags: str = "",
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (`model_cards/template.md`, with the commands that
-    reproduce the run from its `preset.json`, and the release from the α values tried on valid, if any); the folder
-    replaces `release_dir` only whole."""
+    reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
+    `scripts/release.py` it used); the folder replaces `release_dir` only whole."""
     release = Path(release_dir)
     summaries = {split: _summary(scores) for split, scores in results.items()}
     run_dir = f"outputs/{release.name}"
@@ -109,8 +109,7 @@ def write_release(
         dataset="multi30k",
         reproduce=[
             train_command(run_preset, run_dir),
-            f"python scripts/release.py --run-dir {run_dir} --output-dir model_cards/{release.name}"
-            + (f" --length-penalties {','.join(map(str, length_penalties))}" if length_penalties else ""),
+            f"python scripts/release.py --run-dir {run_dir} --output-dir model_cards/{release.name}" + release_flags,
         ],
     )
     with staged_folder(release) as staging:
