@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
-from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.checkpoints import average_checkpoints, checkpoint_step, list_checkpoints
 from vanilla_transformer.hub import training_hyperparameters
 from vanilla_transformer.release import evaluate_release, set_length_penalty, tune_length_penalty, write_release
 
@@ -74,7 +74,7 @@ def main() -> None:
         "summary": (
             f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
             f"{hours:.1f} h wall-clock on {args.hardware}; the average of checkpoints "
-            f"{', '.join(p.name.split('-')[1] for p in averaged)}.{tuning}"
+            f"{', '.join(str(checkpoint_step(p)) for p in averaged)}.{tuning}"
         ),
         "parameters": parameters,
         "updates": state["global_step"],

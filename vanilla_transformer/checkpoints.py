@@ -26,10 +26,15 @@ STAGING_PREFIX = "tmp-"
 RESUME_FILES = ("trainer_state.json", "model.safetensors")
 
 
+def checkpoint_step(folder: Path) -> int:
+    """The update count in a `checkpoint-<step>` folder's name."""
+    return int(CHECKPOINT_PATTERN.match(folder.name).group(1))
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """The `checkpoint-<step>` folders of a Trainer run, oldest first (by step, not by name)."""
     folders = [p for p in Path(run_dir).iterdir() if p.is_dir() and CHECKPOINT_PATTERN.match(p.name)]
-    return sorted(folders, key=lambda p: int(CHECKPOINT_PATTERN.match(p.name).group(1)))
+    return sorted(folders, key=checkpoint_step)
 
 
 def last_complete_checkpoint(run_dir: str | Path) -> Path | None:

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.dynamic_module_utils import custom_object_save
 
-from .checkpoints import list_checkpoints
+from .checkpoints import checkpoint_step, list_checkpoints
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
@@ -212,7 +212,7 @@ def train_no_trainer(
     checkpoint = list_checkpoints(output)[-1] if resume and output.is_dir() and list_checkpoints(output) else None
     if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
-        updates = int(checkpoint.name.split("-")[-1])
+        updates = checkpoint_step(checkpoint)
         if (output / LOG_FILE).is_file():
             log = json.loads((output / LOG_FILE).read_text())
             run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]

@@ -17,7 +17,13 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, rotate_checkpoints
 
-from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, list_checkpoints, remove_stale_staging
+from .checkpoints import (
+    STAGING_PREFIX,
+    checkpoint_step,
+    last_complete_checkpoint,
+    list_checkpoints,
+    remove_stale_staging,
+)
 from .data.batching import TokenBudgetBatchSampler
 from .integrity import fsync_directory, fsync_tree, write_checksums
 
@@ -150,15 +156,15 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
     output = Path(output_dir)
     record = output / "preset.json"
     new = json.loads(json.dumps(preset.as_dict()))  # as preset.json holds it: lists, not tuples
-    earlier = list_checkpoints(output) if output.is_dir() else []
-    if (output / "tokenizer" / "tokenizer.json").is_file():
-        earlier.append(output / "tokenizer")
+    checkpoints = list_checkpoints(output) if output.is_dir() else []
+    tokenizer = [output / "tokenizer"] if (output / "tokenizer" / "tokenizer.json").is_file() else []
+    earlier = checkpoints + tokenizer
     if earlier and not resume:
         raise ValueError(
             f"{output} already holds a run ({', '.join(path.name for path in earlier)}); starting over there would "
             "mix its checkpoints with the new ones. Give a new output directory, or delete that one first."
         )
-    newest_step = max((int(path.name.rsplit("-", 1)[1]) for path in earlier if path.name != "tokenizer"), default=0)
+    newest_step = checkpoint_step(checkpoints[-1]) if checkpoints else 0
     if newest_step > preset.max_steps:
         raise ValueError(
             f"{output} holds checkpoint-{newest_step}, past max_steps={preset.max_steps}: give a max_steps of at least "

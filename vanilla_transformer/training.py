@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from transformers.trainer import TRAINER_STATE_NAME
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint, staged_folder
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -181,11 +182,11 @@ def train(
 
     # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
     checkpoint = last_complete_checkpoint(output) if resume else None
-    state = json.loads((checkpoint / "trainer_state.json").read_text()) if checkpoint else {"global_step": 0}
-    if state["global_step"] >= preset.max_steps:
+    trainer_state = json.loads((checkpoint / TRAINER_STATE_NAME).read_text()) if checkpoint else {"global_step": 0}
+    if trainer_state["global_step"] >= preset.max_steps:
         # a finished run started again: transformers' loop would take one more step before it looks at max_steps
         print(f"{checkpoint} has reached max_steps={preset.max_steps}; nothing to train")
-        log_history, train_seconds = state["log_history"], 0.0
+        log_history, train_seconds = trainer_state["log_history"], 0.0
     else:
         if checkpoint:
             print(f"resuming from {checkpoint}")
