@@ -91,7 +91,11 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
 def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, monkeypatch):
     from vanilla_transformer.release import train_command
 
-    monkeypatch.chdir(REPO)  # where the presets' relative corpus paths point from
+    # the multi30k preset's corpus, ../shared/data/multi30k, as seen from a checkout wherever this one lies
+    corpus = tmp_path / "shared" / "data" / "multi30k"
+    corpus.mkdir(parents=True)
+    (tmp_path / "checkout").mkdir()
+    monkeypatch.chdir(tmp_path / "checkout")
     demo = get_training_preset("demo").as_dict()
     assert train_command(demo, "out") == "python scripts/train.py --preset demo --output-dir out"
     run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.3, lr_factor=1.0, max_steps=8000).as_dict()))
@@ -99,7 +103,7 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
         "python scripts/train.py --preset multi30k --max-steps 8000 --lr-factor 1.0 --dropout 0.3 --output-dir out"
     )
     # the preset's corpus folder given by another path is the same corpus
-    run["corpus"] = str(MULTI30K.resolve())
+    run["corpus"] = str(corpus)
     assert "--corpus" not in train_command(run, "out")
     run["corpus"] = str(tmp_path)
     assert f"--corpus {tmp_path}" in train_command(run, "out")
