@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
-from vanilla_transformer.checkpoints import average_checkpoints, checkpoint_step, list_checkpoints
-from vanilla_transformer.hub import training_hyperparameters
-from vanilla_transformer.release import evaluate_release, set_length_penalty, tune_length_penalty, write_release
+from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.release import adopt_best_length_penalty, evaluate_release, training_summary, write_release
 
 
 def hardware() -> str:
@@ -47,46 +46,12 @@ def main() -> None:
 
     run = Path(args.run_dir)
     preset = json.loads((run / "preset.json").read_text()) if (run / "preset.json").is_file() else {}
-    last = args.last or preset.get("average_last", 5)
     final = run / "final"
-    averaged = average_checkpoints(run, final, last)
-    state = json.loads((averaged[-1] / "trainer_state.json").read_text())
-    config = json.loads((final / "config.json").read_text())
-    tuning, on_valid = "", {}
+    averaged = average_checkpoints(run, final, args.last or preset.get("average_last", 5))
+    on_valid = {}
     if args.length_penalties:
-        on_valid = tune_length_penalty(final, args.data_dir, args.length_penalties)
-        best = max(on_valid, key=on_valid.get)
-        set_length_penalty(final, best)
-        tuning = (
-            f" Length penalty α={best}, the best on valid (BLEU (tok) "
-            f"{', '.join(f'{alpha}: {bleu}' for alpha, bleu in on_valid.items())}); §6.1 chose its α on the "
-            f"development set too."
-        )
-    # from the tokenizer to the last checkpoint, which overstates a run resumed after a pause: give --train-hours then
-    hours = (
-        args.train_hours
-        or (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
-    )
-    parameters = sum(t.numel() for t in vanilla_transformer.VanillaTransformerForConditionalGeneration.from_pretrained(
-        final).parameters())  # fmt: skip
-    training = {
-        "status": args.status,
-        "summary": (
-            f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
-            f"{hours:.1f} h wall-clock on {args.hardware}; the average of checkpoints "
-            f"{', '.join(str(checkpoint_step(p)) for p in averaged)}.{tuning}"
-        ),
-        "parameters": parameters,
-        "updates": state["global_step"],
-        "epochs": round(state["epoch"], 2),
-        "wall_clock_hours": round(hours, 2),
-        "hardware": args.hardware,
-        "averaged_checkpoints": [p.name for p in averaged],
-        "tokenized_bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in on_valid.items()},
-        "hyperparameters": training_hyperparameters(
-            config, preset, json.loads((final / "generation_config.json").read_text())
-        ),
-    }
+        on_valid = adopt_best_length_penalty(final, args.data_dir, args.length_penalties)
+    training = training_summary(run, final, averaged, args.hardware, args.status, args.train_hours, on_valid)
     results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
     # the options that change the released model, for the card's reproduce line
     release_flags = (f" --last {args.last}" if args.last else "") + (

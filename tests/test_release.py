@@ -1,6 +1,7 @@
 """The released Multi30k checkpoint in `model_cards/`: loads with the Auto classes and scores what its card says."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,7 +125,7 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(t
     from transformers import GenerationConfig
 
     from vanilla_transformer.evaluation import evaluate_model_on_split
-    from vanilla_transformer.release import set_length_penalty, tune_length_penalty
+    from vanilla_transformer.release import adopt_best_length_penalty, set_length_penalty, tune_length_penalty
 
     data = tmp_path / "data"
     (data / "tok").mkdir(parents=True)
@@ -136,6 +137,8 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(t
         (folder / path.name).write_bytes(path.read_bytes())
 
     on_valid = tune_length_penalty(folder, data, [0.0, 3.0])
+    assert adopt_best_length_penalty(folder, data, [0.0, 3.0]) == on_valid
+    assert GenerationConfig.from_pretrained(folder).length_penalty == max(on_valid, key=on_valid.get)
     set_length_penalty(folder, 3.0)
     assert GenerationConfig.from_pretrained(folder).length_penalty == 3.0
     long = evaluate_model_on_split(str(folder), "valid", data, output_hypotheses=tmp_path / "long")
@@ -145,3 +148,37 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(t
     assert round(short["tokenized_bleu"]["score"], 2) == on_valid[0.0]
     # a larger α favours longer translations
     assert long["bleu"]["sys_len"] > short["bleu"]["sys_len"]
+
+
+def test_training_summary_counts_what_the_run_did(tmp_path):
+    from vanilla_transformer.release import training_summary
+
+    run, final = tmp_path / "run", tmp_path / "run" / "final"
+    final.mkdir(parents=True)
+    for path in RELEASE.iterdir():
+        (final / path.name).write_bytes(path.read_bytes())
+    (run / "tokenizer").mkdir()
+    (run / "tokenizer" / "tokenizer.json").write_text("{}")
+    (run / "preset.json").write_text(json.dumps(get_training_preset("multi30k").as_dict()))
+    averaged = []
+    for step in (1200, 1400):
+        (run / f"checkpoint-{step}").mkdir()
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": 6.03}))
+        averaged.append(run / f"checkpoint-{step}")
+
+    training = training_summary(run, final, averaged, "a test CPU", "final", train_hours=2.5, on_valid={0.6: 1.5})
+    card = json.loads((RELEASE / "results.json").read_text())["training"]
+    assert training["parameters"] == card["parameters"]
+    assert (training["updates"], training["epochs"], training["wall_clock_hours"]) == (1400, 6.03, 2.5)
+    assert training["averaged_checkpoints"] == ["checkpoint-1200", "checkpoint-1400"]
+    assert training["tokenized_bleu_on_valid_by_length_penalty"] == {"0.6": 1.5}
+    length_penalty = json.loads((final / "generation_config.json").read_text())["length_penalty"]
+    assert "1400 updates (6.0 epochs) in 2.5 h wall-clock on a test CPU" in training["summary"]
+    assert (
+        f"checkpoints 1200, 1400. Length penalty α={length_penalty}, the best on valid (BLEU (tok) 0.6: 1.5)"
+        in (training["summary"])
+    )
+    # without --train-hours: from the tokenizer file to the last averaged checkpoint
+    os.utime(run / "tokenizer" / "tokenizer.json", (0, 0))
+    os.utime(averaged[-1], (5400, 5400))
+    assert training_summary(run, final, averaged, "a test CPU", "final")["wall_clock_hours"] == 1.5

@@ -6,12 +6,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from transformers import GenerationConfig
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
-from .checkpoints import staged_folder
+from .checkpoints import checkpoint_step, staged_folder
 from .data.corpora import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
-from .hub import render_model_card
+from .hub import render_model_card, training_hyperparameters
 from .recipe import TRAINING_PRESETS, same_setting
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
@@ -61,6 +61,63 @@ def set_length_penalty(folder: str | Path, alpha: float) -> None:
     generation = GenerationConfig.from_pretrained(folder)
     generation.length_penalty = alpha
     generation.save_pretrained(folder)
+
+
+def adopt_best_length_penalty(folder: str | Path, data_dir: str | Path, alphas: list[float]) -> dict[float, float]:
+    """Tune α on valid (`tune_length_penalty`) and make the best one the folder's default; on a tie the α listed
+    first wins. Returns every α's score, for the card."""
+    on_valid = tune_length_penalty(folder, data_dir, alphas)
+    best = max(on_valid, key=on_valid.get)
+    set_length_penalty(folder, best)
+    return on_valid
+
+
+def training_summary(
+    run_dir: str | Path,
+    final_dir: str | Path,
+    averaged: list[Path],
+    hardware: str,
+    status: str,
+    train_hours: float | None = None,
+    on_valid: dict[float, float] | None = None,
+) -> dict:
+    """The card's account of how the averaged model in `final_dir` was trained: parameters, updates, epochs, time,
+    hardware, the averaged checkpoints, the length penalties tried on valid, and the hyperparameters.
+
+    Without `train_hours` the time runs from the tokenizer's file to the last averaged checkpoint, which overstates a
+    run resumed after a pause: give the sum of its stretches then."""
+    run, final = Path(run_dir), Path(final_dir)
+    preset = json.loads((run / "preset.json").read_text()) if (run / "preset.json").is_file() else {}
+    state = json.loads((averaged[-1] / "trainer_state.json").read_text())
+    config = json.loads((final / "config.json").read_text())
+    generation = json.loads((final / "generation_config.json").read_text())
+    started = (run / "tokenizer" / "tokenizer.json").stat().st_mtime
+    hours = train_hours or (averaged[-1].stat().st_mtime - started) / 3600
+    model = AutoModelForSeq2SeqLM.from_pretrained(final)
+    parameters = sum(tensor.numel() for tensor in model.parameters())
+    tuning = ""
+    if on_valid:
+        tuning = (
+            f" Length penalty α={generation['length_penalty']}, the best on valid (BLEU (tok) "
+            f"{', '.join(f'{alpha}: {bleu}' for alpha, bleu in on_valid.items())}); §6.1 chose its α on the "
+            f"development set too."
+        )
+    return {
+        "status": status,
+        "summary": (
+            f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
+            f"{hours:.1f} h wall-clock on {hardware}; the average of checkpoints "
+            f"{', '.join(str(checkpoint_step(path)) for path in averaged)}.{tuning}"
+        ),
+        "parameters": parameters,
+        "updates": state["global_step"],
+        "epochs": round(state["epoch"], 2),
+        "wall_clock_hours": round(hours, 2),
+        "hardware": hardware,
+        "averaged_checkpoints": [path.name for path in averaged],
+        "tokenized_bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in (on_valid or {}).items()},
+        "hyperparameters": training_hyperparameters(config, preset, generation),
+    }
 
 
 def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str, ...], batch_size: int = 100) -> dict:
