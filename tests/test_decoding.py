@@ -278,6 +278,20 @@ def test_each_sentence_stops_at_its_own_input_length_plus_offset(route):
     assert [len([t for t in row[1:] if t not in fill]) for row in capped.tolist()] == [5, 6, 6, 4]  # min(input+3, 6)
 
 
+def test_learned_positions_cap_the_output_limit_with_a_warning():
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
+
+    model = tiny_model(position_encoding="learned", max_position_embeddings=8)
+    sources = random_sources([2, 6], seed=7)
+    never_ends = {"suppress_tokens": [PAD, EOS], "num_beams": 1}
+    with CaptureLogger(logging.get_logger(type(model).__module__)) as captured:
+        out = model.generate(**padded(sources), max_new_tokens_over_input=3, **never_ends)
+    # input + 3 is 5 and 9 tokens; the table holds 8 positions, the first of them taken by the start token
+    assert [len([t for t in row[1:] if t != PAD]) for row in out.tolist()] == [5, 7]
+    assert "capped at max_position_embeddings=8" in captured.out
+
+
 def test_default_limit_is_input_length_plus_50():
     model = tiny_model()
     source = random_sources([3], seed=8)

@@ -5,12 +5,8 @@ size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input 
 stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
 """
 
-import logging
-
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-logger = logging.getLogger(__name__)
 
 
 def translate(
@@ -89,8 +85,8 @@ def translate(
 
 
 def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> None:
-    """Learned positions end at `max_position_embeddings`: refuse longer sentences by line, and say so when the
-    output limit (input + 50 tokens) is capped by the table, rather than let either be cut without a word."""
+    """Learned positions end at `max_position_embeddings`: refuse longer sentences by line rather than let them be
+    cut without a word (`generate` itself warns when the table caps the output limit, input + 50 tokens)."""
     config = model.config
     if getattr(config, "position_encoding", None) != "learned":
         return  # sinusoidal positions extend to any length (§3.5)
@@ -102,14 +98,6 @@ def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> N
             f"sentence {index} (0-based) has {len(token_ids[index])} tokens but this model's learned positions end at "
             f"max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long sentences, or use a "
             f"model with position_encoding='sinusoidal', which extends to any length."
-        )
-    over_input = getattr(model.generation_config, "max_new_tokens_over_input", None)
-    if over_input and any(len(ids) + over_input > limit - 1 for ids in token_ids.values()):
-        logger.warning(
-            "the output limit (input length + %d tokens) of some sentences is capped at max_position_embeddings=%d, "
-            "where this model's learned positions end",
-            over_input,
-            limit,
         )
 
 
