@@ -3,6 +3,7 @@ label smoothing 0.1 (§5.4), token-based batching (§5.1) with gradient accumula
 
 import copy
 import json
+import logging
 import math
 import os
 import shutil
@@ -15,7 +16,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, rotate_checkpoints
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, TrainOutput, rotate_checkpoints
 
 from .checkpoints import (
     STAGING_PREFIX,
@@ -26,6 +28,8 @@ from .checkpoints import (
 )
 from .data.batching import TokenBudgetBatchSampler
 from .integrity import fsync_directory, fsync_tree, write_checksums
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -248,7 +252,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed to `checkpoint-N`, so a
     run killed while saving (out of memory, pre-emption, Ctrl-C) never leaves a half-written `checkpoint-N` for the
     next run to resume from; `train(resume_from_checkpoint=True)` takes the newest complete checkpoint and removes
-    interrupted `tmp-checkpoint-*` folders.
+    interrupted `tmp-checkpoint-*` folders. Resuming from a checkpoint that has reached `args.max_steps` loads it and
+    trains nothing, where transformers' loop would take one step more.
     """
 
     def __init__(self, *args, max_tokens: int | None, warmup_steps: int, batching_seed: int = 0, **kwargs):
@@ -275,6 +280,18 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             if latest is None:
                 raise ValueError(f"resume_from_checkpoint=True but {self.args.output_dir} has no complete checkpoint.")
             resume_from_checkpoint = str(latest)
+        if resume_from_checkpoint:
+            state = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME))
+            if 0 < self.args.max_steps <= state.global_step:
+                # a finished run started again: transformers' loop would take one more step before it looks at
+                # max_steps, save it, and rotate the oldest kept checkpoint out of the final average
+                logger.warning(
+                    f"{resume_from_checkpoint} has reached max_steps={self.args.max_steps}; nothing to train"
+                )
+                self._load_from_checkpoint(resume_from_checkpoint)
+                self.state = state
+                losses = [entry["train_loss"] for entry in state.log_history if "train_loss" in entry]
+                return TrainOutput(state.global_step, losses[-1] if losses else math.nan, {"train_runtime": 0.0})
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _issue_warnings_after_load(self, load_result) -> None:

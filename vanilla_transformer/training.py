@@ -1,14 +1,12 @@
 """The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
-from transformers.trainer import TRAINER_STATE_NAME
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint, staged_folder
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -182,16 +180,10 @@ def train(
 
     # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
     checkpoint = last_complete_checkpoint(output) if resume else None
-    trainer_state = json.loads((checkpoint / TRAINER_STATE_NAME).read_text()) if checkpoint else {"global_step": 0}
-    if trainer_state["global_step"] >= preset.max_steps:
-        # a finished run started again: transformers' loop would take one more step before it looks at max_steps
-        print(f"{checkpoint} has reached max_steps={preset.max_steps}; nothing to train")
-        log_history, train_seconds = trainer_state["log_history"], 0.0
-    else:
-        if checkpoint:
-            print(f"resuming from {checkpoint}")
-        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        log_history, train_seconds = trainer.state.log_history, result.metrics.get("train_runtime", 0.0)
+    if checkpoint:
+        print(f"resuming from {checkpoint}")
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    log_history, train_seconds = trainer.state.log_history, result.metrics.get("train_runtime", 0.0)
     final = output / "final"
     if trainer.is_world_process_zero():
         averaged = average_checkpoints(output, final, preset.average_last)
