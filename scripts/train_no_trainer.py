@@ -13,32 +13,17 @@ import argparse
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.no_trainer import train_no_trainer
-from vanilla_transformer.recipe import TRAINING_PRESETS, get_training_preset
+from vanilla_transformer.recipe import add_preset_arguments, preset_from_arguments
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
+    add_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--corpus", help="'builtin', a folder of {split}.{lang} files, or a datasets name")
-    parser.add_argument("--dataset-config", help="the datasets config, e.g. de-en for wmt14")
-    parser.add_argument("--valid-split", help="the validation split's name (datasets on the Hub: 'validation')")
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--vocab-size", type=int)
-    parser.add_argument("--max-tokens", type=int, help="padded source+target tokens per batch and process")
     parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
-    parser.add_argument("--tokens-per-update", type=int, help="accumulation reaches about this many (all processes)")
     parser.add_argument("--gradient-accumulation-steps", type=int, help="instead of --tokens-per-update")
-    parser.add_argument("--warmup-steps", type=int)
-    parser.add_argument("--lr-factor", type=float, help="multiplies the §5.3 learning rate")
-    parser.add_argument("--max-steps", type=int)
-    parser.add_argument("--save-steps", type=int)
-    parser.add_argument("--eval-steps", type=int)
-    parser.add_argument("--average-last", type=int, help="checkpoints kept (for averaging, §6.1)")
-    parser.add_argument("--label-smoothing", type=float)
-    parser.add_argument("--dropout", type=float)
-    parser.add_argument("--max-length", type=int, help="pairs with more tokens on a side are dropped (and counted)")
     parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
     parser.add_argument(
         "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
@@ -55,24 +40,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     args = parser.parse_args()
 
-    preset = get_training_preset(
-        args.preset,
-        corpus=args.corpus,
-        dataset_config=args.dataset_config,
-        valid_split=args.valid_split,
-        vocab_size=args.vocab_size,
-        max_tokens=args.max_tokens,
-        tokens_per_update=args.tokens_per_update,
-        warmup_steps=args.warmup_steps,
-        lr_factor=args.lr_factor,
-        max_steps=args.max_steps,
-        save_steps=args.save_steps,
-        eval_steps=args.eval_steps,
-        average_last=args.average_last,
-        label_smoothing=args.label_smoothing,
-        dropout=args.dropout,
-        max_length=args.max_length,
-    )
+    preset = preset_from_arguments(args)
     train_no_trainer(
         preset,
         args.output_dir,

@@ -1,6 +1,10 @@
+import argparse
 import json
 import logging
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,16 +16,21 @@ from vanilla_transformer.checkpoints import list_checkpoints
 from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
 from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.recipe import (
+    PRESET_FLAGS,
     TRAINING_PRESETS,
     VanillaTransformerTrainer,
+    add_preset_arguments,
     get_training_preset,
     label_smoothed_loss,
     paper_learning_rate,
     paper_schedule,
     peak_learning_rate,
+    preset_from_arguments,
     record_run_preset,
 )
 from vanilla_transformer.training import train
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_schedule_follows_the_formula():
@@ -198,3 +207,20 @@ def test_a_finished_run_started_again_trains_no_further(tmp_path):
     assert [path.name for path in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4"]
     assert (tmp_path / "final" / "model.safetensors").read_bytes() == before
     assert run.log_history and run.train_seconds == 0.0
+
+
+@pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
+def test_both_training_scripts_take_a_flag_for_each_preset_flag_field(script):
+    usage = subprocess.run(
+        [sys.executable, f"scripts/{script}", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    flagged = {field for field in get_training_preset("demo").as_dict() if f"--{field.replace('_', '-')} " in usage}
+    assert flagged == set(PRESET_FLAGS)
+
+
+def test_preset_flags_override_only_the_fields_given():
+    parser = argparse.ArgumentParser()
+    add_preset_arguments(parser)
+    args = parser.parse_args(["--preset", "multi30k", "--max-steps", "5", "--lr-factor", "0.25", "--corpus", "builtin"])
+    expected = get_training_preset("multi30k", max_steps=5, lr_factor=0.25, corpus="builtin")
+    assert preset_from_arguments(args) == expected != get_training_preset("multi30k")

@@ -1,6 +1,7 @@
 """The paper's training recipe (§5) on `Seq2SeqTrainer`: Adam(0.9, 0.98, 1e-9), the §5.3 learning-rate schedule,
 label smoothing 0.1 (§5.4), token-based batching (§5.1) with gradient accumulation, and presets."""
 
+import argparse
 import copy
 import json
 import logging
@@ -134,6 +135,38 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
     if name not in TRAINING_PRESETS:
         raise ValueError(f"unknown training preset {name!r}; choose one of {sorted(TRAINING_PRESETS)}.")
     return replace(TRAINING_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+# TrainingPreset fields that `scripts/train.py` and `scripts/train_no_trainer.py` set with a flag of the same name
+PRESET_FLAGS: dict[str, tuple[type, str]] = {
+    "corpus": (str, "'builtin', a folder of {split}.{lang} files, or a datasets name"),
+    "dataset_config": (str, "the datasets config, e.g. de-en for wmt14"),
+    "valid_split": (str, "the validation split's name (datasets on the Hub: 'validation')"),
+    "vocab_size": (int, "joint BPE vocabulary size"),
+    "max_tokens": (int, "padded source+target tokens per batch (and process)"),
+    "tokens_per_update": (int, "gradient accumulation reaches about this many (all processes together)"),
+    "warmup_steps": (int, "§5.3 warmup"),
+    "lr_factor": (float, "multiplies the §5.3 learning rate"),
+    "max_steps": (int, "updates in all (a resumed run may raise it)"),
+    "save_steps": (int, "updates between checkpoints"),
+    "eval_steps": (int, "updates between validations"),
+    "average_last": (int, "checkpoints kept, for averaging (§6.1); train.py averages them into final/"),
+    "label_smoothing": (float, "§5.4 label smoothing"),
+    "dropout": (float, "dropout rate (§5.4)"),
+    "max_length": (int, "pairs with more tokens on a side are dropped (and counted)"),
+}
+
+
+def add_preset_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset` and one flag per `PRESET_FLAGS` field, each overriding the preset where given."""
+    parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
+    for field, (kind, help_text) in PRESET_FLAGS.items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=kind, help=help_text)
+
+
+def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
+    """The preset named by `--preset`, with the fields its flags gave replaced."""
+    return get_training_preset(args.preset, **{field: getattr(args, field) for field in PRESET_FLAGS})
 
 
 # The fields a resumed run may change: how long it runs and what it keeps, not what its updates so far did (the §5.3

@@ -12,14 +12,9 @@ from .checkpoints import checkpoint_step, staged_folder
 from .data.corpora import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card, training_hyperparameters
-from .recipe import TRAINING_PRESETS, same_setting
+from .recipe import PRESET_FLAGS, TRAINING_PRESETS, same_setting
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
-# TrainingPreset fields that `scripts/train.py` sets with a flag of the same name
-FLAG_FIELDS = (
-    "corpus", "dataset_config", "valid_split", "vocab_size", "max_tokens", "tokens_per_update", "warmup_steps",
-    "lr_factor", "max_steps", "save_steps", "eval_steps", "average_last", "label_smoothing", "dropout", "max_length",
-)  # fmt: skip
 
 
 def train_command(run_preset: dict, output_dir: str) -> str:
@@ -33,7 +28,7 @@ def train_command(run_preset: dict, output_dir: str) -> str:
         return [field for field in preset if not same_setting(field, run_preset.get(field), preset[field])]
 
     name = min(TRAINING_PRESETS, key=lambda name: len(changed(name)))
-    unflagged = [field for field in changed(name) if field not in FLAG_FIELDS]
+    unflagged = [field for field in changed(name) if field not in PRESET_FLAGS]
     if unflagged:
         raise ValueError(
             f"the run's preset differs from {name!r} in {unflagged}, which scripts/train.py has no flag for; "
