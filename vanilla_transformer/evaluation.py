@@ -18,7 +18,6 @@ from pathlib import Path
 import evaluate
 import numpy as np
 import sacremoses
-from sacrebleu.metrics import BLEU, CHRF
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 from .data.corpora import read_lines, write_lines
@@ -71,21 +70,6 @@ def _check_line_counts(hypotheses: list[str], **references: list[str] | None) ->
             )
 
 
-def _bleu_result(bleu: BLEU, hypotheses: list[str], references: list[str]) -> dict:
-    """The keys of the Hub's `evaluate-metric/sacrebleu` output, plus the signature."""
-    score = bleu.corpus_score(hypotheses, [references])
-    return {
-        "score": score.score,
-        "counts": score.counts,
-        "totals": score.totals,
-        "precisions": score.precisions,
-        "bp": score.bp,
-        "sys_len": score.sys_len,
-        "ref_len": score.ref_len,
-        "signature": bleu.get_signature().format(),
-    }
-
-
 def score_translations(
     hypotheses: list[str],
     references: list[str],
@@ -99,24 +83,30 @@ def score_translations(
     - `bleu`: sacreBLEU with its defaults (13a tokenization, cased, exp smoothing) on the raw `references`, as the
       Hub's `evaluate-metric/sacrebleu` returns it (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`,
       `ref_len`) plus `signature`;
-    - `chrf`: sacreBLEU's chrF (character 6-grams, β=2) on the raw references, `score` and `signature`;
+    - `chrf`: sacreBLEU's chrF (character 6-grams, β=2) on the raw references, as `evaluate-metric/chrf` returns it
+      plus `signature`;
     - `tokenized_bleu`: multi-bleu.perl-style BLEU, the metric of the Multi30k literature: the hypotheses go through
       `moses_tokenize(…, lang)` (lowercase + normalize-punctuation + tokenizer.perl, as the official `tok/`
       references were made), then sacreBLEU scores whitespace tokens with `tokenize="none"` and no smoothing, as
       multi-bleu.perl does. Same keys as `bleu`, plus `preprocessing` naming what was done to the hypotheses.
     """
     _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
-    chrf = CHRF()
-    chrf_score = chrf.corpus_score(hypotheses, [references])
+    bleu, chrf = load_metric("sacrebleu"), load_metric("chrf")
     scores = {
         "num_sentences": len(hypotheses),
-        "bleu": _bleu_result(BLEU(), hypotheses, references),
-        "chrf": {"score": chrf_score.score, "signature": chrf.get_signature().format()},
+        "bleu": bleu.compute(predictions=hypotheses, references=references),
+        "chrf": chrf.compute(predictions=hypotheses, references=references),
     }
     if tokenized_references is not None:
         tokenized_hypotheses = moses_tokenize(hypotheses, lang)
-        multi_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
-        scores["tokenized_bleu"] = _bleu_result(multi_bleu, tokenized_hypotheses, tokenized_references) | {
+        multi_bleu = bleu.compute(
+            predictions=tokenized_hypotheses,
+            references=tokenized_references,
+            tokenize="none",
+            smooth_method="none",
+            force=True,
+        )
+        scores["tokenized_bleu"] = multi_bleu | {
             "preprocessing": (
                 f"hypotheses: lowercase | normalize-punctuation -l {lang} | tokenizer -l {lang} "
                 f"(sacremoses {sacremoses.__version__}, Moses escaping); references: as given"
