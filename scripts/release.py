@@ -51,7 +51,7 @@ def main() -> None:
     on_valid = {}
     if args.length_penalties:
         on_valid = adopt_best_length_penalty(final, args.data_dir, args.length_penalties)
-    training = training_summary(run, final, averaged, args.hardware, args.status, args.train_hours, on_valid)
+    training = training_summary(run, preset, final, averaged, args.hardware, args.status, args.train_hours, on_valid)
     results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
     # the options that change the released model, for the card's reproduce line
     release_flags = (f" --last {args.last}" if args.last else "") + (

@@ -149,14 +149,16 @@ def test_training_summary_counts_what_the_run_did(tmp_path):
         (final / path.name).write_bytes(path.read_bytes())
     (run / "tokenizer").mkdir()
     (run / "tokenizer" / "tokenizer.json").write_text("{}")
-    (run / "preset.json").write_text(json.dumps(get_training_preset("multi30k").as_dict()))
+    preset = get_training_preset("multi30k").as_dict()
     averaged = []
     for step in (1200, 1400):
         (run / f"checkpoint-{step}").mkdir()
         (run / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": 6.03}))
         averaged.append(run / f"checkpoint-{step}")
 
-    training = training_summary(run, final, averaged, "a test CPU", "final", train_hours=2.5, on_valid={0.6: 1.5})
+    training = training_summary(
+        run, preset, final, averaged, "a test CPU", "final", train_hours=2.5, on_valid={0.6: 1.5}
+    )
     card = json.loads((RELEASE / "results.json").read_text())["training"]
     assert training["parameters"] == card["parameters"]
     assert (training["updates"], training["epochs"], training["wall_clock_hours"]) == (1400, 6.03, 2.5)
@@ -171,4 +173,4 @@ def test_training_summary_counts_what_the_run_did(tmp_path):
     # without --train-hours: from the tokenizer file to the last averaged checkpoint
     os.utime(run / "tokenizer" / "tokenizer.json", (0, 0))
     os.utime(averaged[-1], (5400, 5400))
-    assert training_summary(run, final, averaged, "a test CPU", "final")["wall_clock_hours"] == 1.5
+    assert training_summary(run, preset, final, averaged, "a test CPU", "final")["wall_clock_hours"] == 1.5

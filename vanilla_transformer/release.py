@@ -69,6 +69,7 @@ def adopt_best_length_penalty(folder: str | Path, data_dir: str | Path, alphas: 
 
 def training_summary(
     run_dir: str | Path,
+    run_preset: dict,
     final_dir: str | Path,
     averaged: list[Path],
     hardware: str,
@@ -77,17 +78,18 @@ def training_summary(
     on_valid: dict[float, float] | None = None,
 ) -> dict:
     """The card's account of how the averaged model in `final_dir` was trained: parameters, updates, epochs, time,
-    hardware, the averaged checkpoints, the length penalties tried on valid, and the hyperparameters.
+    hardware, the averaged checkpoints, the length penalties tried on valid, and the hyperparameters (from the config
+    and `run_preset`, the run's `preset.json`, which the caller has read already).
 
     Without `train_hours` the time runs from the tokenizer's file to the last averaged checkpoint, which overstates a
     run resumed after a pause: give the sum of its stretches then."""
     run, final = Path(run_dir), Path(final_dir)
-    preset = json.loads((run / "preset.json").read_text()) if (run / "preset.json").is_file() else {}
     state = json.loads((averaged[-1] / "trainer_state.json").read_text())
     config = json.loads((final / "config.json").read_text())
     generation = json.loads((final / "generation_config.json").read_text())
-    started = (run / "tokenizer" / "tokenizer.json").stat().st_mtime
-    hours = train_hours or (averaged[-1].stat().st_mtime - started) / 3600
+    hours = (
+        train_hours or (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
+    )
     model = AutoModelForSeq2SeqLM.from_pretrained(final)
     parameters = sum(tensor.numel() for tensor in model.parameters())
     tuning = ""
@@ -111,7 +113,7 @@ def training_summary(
         "hardware": hardware,
         "averaged_checkpoints": [path.name for path in averaged],
         "tokenized_bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in (on_valid or {}).items()},
-        "hyperparameters": training_hyperparameters(config, preset, generation),
+        "hyperparameters": training_hyperparameters(config, run_preset, generation),
     }
 
 

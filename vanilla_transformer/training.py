@@ -183,10 +183,9 @@ def train(
     if checkpoint:
         print(f"resuming from {checkpoint}")
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    log_history, train_seconds = trainer.state.log_history, result.metrics.get("train_runtime", 0.0)
     final = output / "final"
     if trainer.is_world_process_zero():
         averaged = average_checkpoints(output, final, preset.average_last)
         print(f"averaged {[p.name for p in averaged]} into {final}")
     trainer.accelerator.wait_for_everyone()
-    return TrainingRun(output, final, log_history, train_seconds)
+    return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))
