@@ -51,11 +51,13 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+logger = logging.get_logger(__name__)
 
 REMOTE_AUTO_MAP = {
     "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
@@ -1108,9 +1110,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids = kwargs.get("decoder_input_ids")
             prompt_length = decoder_input_ids.shape[-1] if decoder_input_ids is not None else 1
             if self.config.position_encoding == "learned":  # learned positions end at the table; sinusoids extend
-                max_new_tokens_per_row = max_new_tokens_per_row.clamp(
-                    max=self.config.max_position_embeddings - prompt_length
-                )
+                table_end = self.config.max_position_embeddings - prompt_length
+                if bool((max_new_tokens_per_row > table_end).any()):
+                    logger.warning_once(
+                        f"the output limit (input length + {over_input} tokens) of some sentences is capped at "
+                        f"max_position_embeddings={self.config.max_position_embeddings}, where this model's learned "
+                        f"positions end; use position_encoding='sinusoidal' for outputs of any length."
+                    )
+                max_new_tokens_per_row = max_new_tokens_per_row.clamp(max=table_end)
             max_new_tokens_per_row = max_new_tokens_per_row.clamp(min=1)
             explicit_length = any(
                 kwargs.get(name) is not None
