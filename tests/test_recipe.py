@@ -2,8 +2,10 @@ import argparse
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,20 @@ def test_resume_reproduces_the_uninterrupted_run(builtin_tokenizer, pairs, tmp_p
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert resumed.state.global_step == 6
     assert math.isclose(resumed.lr_scheduler.get_last_lr()[0], straight.lr_scheduler.get_last_lr()[0])
+
+
+def test_rotation_after_a_killed_rotation_keeps_the_newest_steps(builtin_tokenizer, pairs, tmp_path):
+    save = {"save_strategy": "steps", "save_steps": 1}
+    make_trainer(builtin_tokenizer, pairs, tmp_path, max_tokens=400, max_steps=3, save_total_limit=3, **save).train()
+    # a kill in the middle of rotation's rmtree of checkpoint-1: part of its files gone, its folder modified after
+    # checkpoint-3 was saved (the times of a real run, seconds apart)
+    (tmp_path / "checkpoint-1" / "trainer_state.json").unlink()
+    now = time.time()
+    for step, age in ((1, 5), (2, 20), (3, 10)):
+        os.utime(tmp_path / f"checkpoint-{step}", (now - age, now - age))
+    resumed = make_trainer(builtin_tokenizer, pairs, tmp_path, max_tokens=400, max_steps=4, save_total_limit=2, **save)
+    resumed.train(resume_from_checkpoint=True)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-4"]
 
 
 def test_evaluation_leaves_the_papers_generation_config_alone(builtin_tokenizer, pairs, tmp_path):

@@ -363,12 +363,15 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         os.replace(complete, destination)
         fsync_directory(run_dir)
         shutil.rmtree(staging)
-        # transformers rotated the staging folder (a no-op); rotate the run's checkpoints as it would have
+        # transformers rotated the staging folder (a no-op); rotate the run's checkpoints by step, the order resume
+        # and averaging use. By modification time (transformers' choice), a checkpoint half deleted by a rotation
+        # that a kill interrupted counts as newer than the checkpoints saved before the kill, and is kept in their
+        # place for the final average.
         rotate_checkpoints(
             output_dir=str(run_dir),
             save_total_limit=self.args.save_total_limit,
             best_model_checkpoint=self.state.best_model_checkpoint,
-            use_mtime=True,
+            use_mtime=False,
         )
 
     def train_batch_sampler(self) -> TokenBudgetBatchSampler:
