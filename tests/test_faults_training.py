@@ -100,13 +100,20 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(tmp_path):
     assert last_complete_checkpoint(broken_dir) == broken_dir / "checkpoint-2"
     assert Path(get_last_checkpoint(str(broken_dir))).name == "checkpoint-2"
 
-    # 2. resume; SIGKILL at a random moment (seeded) after checkpoint-6 appears: mid-step or mid-save
+    # 2. resume; SIGKILL at a random moment (seeded) within one save interval after checkpoint-6 appears: mid-step,
+    # mid-save or mid-rotation. The interval is the one just measured (checkpoint-4 to checkpoint-6), so that a fast
+    # machine does not finish the run before the kill, nor a slow one get killed before it could save again.
     rng = random.Random(6)
     resumed = start(broken_dir, tmp_path / "kill2.log")
     deadline = time.monotonic() + 300
-    while not (broken_dir / "checkpoint-6").is_dir() and resumed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(rng.uniform(0.0, 0.4))
+    appeared: dict[int, float] = {}
+    while 6 not in appeared and resumed.poll() is None and time.monotonic() < deadline:
+        for step in (4, 6):
+            if step not in appeared and (broken_dir / f"checkpoint-{step}").is_dir():
+                appeared[step] = time.monotonic()
+        time.sleep(0.005)
+    assert 6 in appeared, f"checkpoint-6 never appeared:\n{(tmp_path / 'kill2.log').read_text()[-3000:]}"
+    time.sleep(rng.uniform(0.0, appeared[6] - appeared.get(4, appeared[6])))
     resumed.send_signal(signal.SIGKILL)
     code, log = finish(resumed, tmp_path / "kill2.log")
     assert code == -signal.SIGKILL, f"the run ended before it could be killed:\n{log[-3000:]}"
