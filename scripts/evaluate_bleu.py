@@ -4,7 +4,7 @@ signatures as JSON.
 
 Usage, scoring a file of translations:
     python scripts/evaluate_bleu.py --hypotheses hyp.de --references test2016.de \
-        [--tokenized-references REF.tok] [--lang de]
+        [--tokenized-references REF.tok] [--lang de] [--lowercase]
 or translating a split with a saved model first:
     python scripts/evaluate_bleu.py --model FOLDER_OR_HUB_ID --split test2016 [--data-dir ../shared/data/multi30k]
         [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]
@@ -25,6 +25,9 @@ if __name__ == "__main__":
     parser.add_argument("--references", help="with --hypotheses: the raw (detokenized, cased) references")
     parser.add_argument("--tokenized-references", help="with --hypotheses: lowercased Moses-tokenized references")
     parser.add_argument("--lang", default="de", help="with --hypotheses: language of the translations (Moses rules)")
+    parser.add_argument(
+        "--lowercase", action="store_true", help="with --hypotheses: case-insensitive sacreBLEU and chrF"
+    )
     parser.add_argument("--split", help="with --model: the split to translate, e.g. test2016, test2017, valid")
     parser.add_argument("--data-dir", default="../shared/data/multi30k", help="folder of {split}.{lang} and tok/")
     parser.add_argument("--source-lang", default="en")
@@ -37,7 +40,9 @@ if __name__ == "__main__":
     if args.hypotheses is not None:
         if args.references is None:
             parser.error("--hypotheses needs --references")
-        scores = score_files(args.hypotheses, args.references, args.tokenized_references, args.lang)
+        scores = score_files(
+            args.hypotheses, args.references, args.tokenized_references, args.lang, lowercase=args.lowercase
+        )
     else:
         if args.split is None:
             parser.error("--model needs --split")

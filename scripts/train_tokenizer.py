@@ -17,18 +17,19 @@ def main() -> None:
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
     parser.add_argument("--vocab-size", type=int, default=8000, help="~8000 for Multi30k, 37000 for WMT14 (paper)")
+    parser.add_argument("--lowercase", action="store_true", help="lowercase every text (the Multi30k literature)")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args()
 
     corpus = load_corpus(args.corpus, args.split, args.source_lang, args.target_lang, args.dataset_config)
     pairs = corpus["translation"]
     texts = [pair[args.source_lang] for pair in pairs] + [pair[args.target_lang] for pair in pairs]
-    tokenizer = train_joint_bpe(texts, vocab_size=args.vocab_size)
+    tokenizer = train_joint_bpe(texts, vocab_size=args.vocab_size, lowercase=args.lowercase)
     save_tokenizer(tokenizer, args.output_dir)
     failures = round_trip_failures(tokenizer, texts)
     print(
         f"{len(tokenizer)} tokens saved to {args.output_dir}; "
-        f"decode(encode(x)) != x for {len(failures)} of {len(texts)} lines"
+        f"decode(encode(x)) != {'x.lower()' if args.lowercase else 'x'} for {len(failures)} of {len(texts)} lines"
     )
     for number, text, decoded in failures[:10]:
         print(f"  line {number}: {text!r} -> {decoded!r}")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,15 @@ def test_identical_hypotheses_score_100():
     assert scores["bleu"]["score"] == pytest.approx(100.0)
     assert scores["chrf"]["score"] == pytest.approx(100.0)
     assert scores["num_sentences"] == 3
+
+
+def test_lowercase_scores_ignore_case_and_say_so_in_the_signature():
+    shouted = [line.translate(str.maketrans(string.ascii_lowercase, string.ascii_uppercase)) for line in REFERENCES]
+    cased = score_translations(shouted, REFERENCES)
+    lowercased = score_translations(shouted, REFERENCES, lowercase=True)
+    assert cased["bleu"]["score"] < 50 and lowercased["bleu"]["score"] == pytest.approx(100.0)
+    assert lowercased["chrf"]["score"] == pytest.approx(100.0) and cased["chrf"]["score"] < 90
+    assert "case:lc" in lowercased["bleu"]["signature"] and "case:mixed" in cased["bleu"]["signature"]
 
 
 def test_bleu_and_chrf_are_sacrebleus():

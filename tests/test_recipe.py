@@ -201,6 +201,13 @@ def test_a_run_continues_only_with_the_settings_it_recorded(tmp_path, monkeypatc
         record_run_preset(run, preset, resume=False)
     assert json.loads((run / "preset.json").read_text())["dropout"] == 0.1  # the record is left as it was
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint-100", "preset.json"]
+    # a record written before a field existed holds that field's default
+    record = json.loads((run / "preset.json").read_text())
+    del record["lowercase"]
+    (run / "preset.json").write_text(json.dumps(record))
+    record_run_preset(run, get_training_preset("demo", corpus="corpus", max_steps=900), resume=True)
+    with pytest.raises(ValueError, match=r"lowercase: False -> True"):
+        record_run_preset(run, get_training_preset("demo", corpus="corpus", max_steps=900, lowercase=True), resume=True)
 
 
 @pytest.mark.parametrize("train_function", [train, train_no_trainer])
@@ -240,3 +247,5 @@ def test_preset_flags_override_only_the_fields_given():
     args = parser.parse_args(["--preset", "multi30k", "--max-steps", "5", "--lr-factor", "0.25", "--corpus", "builtin"])
     expected = get_training_preset("multi30k", max_steps=5, lr_factor=0.25, corpus="builtin")
     assert preset_from_arguments(args) == expected != get_training_preset("multi30k")
+    assert preset_from_arguments(parser.parse_args(["--preset", "multi30k", "--lowercase"])).lowercase is True
+    assert preset_from_arguments(parser.parse_args(["--preset", "multi30k"])).lowercase is False

@@ -14,6 +14,7 @@ from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
 from vanilla_transformer.recipe import get_training_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
+from vanilla_transformer.tokenization import lowercases
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
@@ -42,7 +43,7 @@ def test_fifty_test2016_sentences_score_as_the_card_says():
     model = AutoModelForSeq2SeqLM.from_pretrained(RELEASE).eval()
     sources = read_lines(MULTI30K / "test2016.en")[:SMOKE_SENTENCES]
     references = read_lines(MULTI30K / "test2016.de")[:SMOKE_SENTENCES]
-    scores = score_translations(translate(model, tokenizer, sources), references)
+    scores = score_translations(translate(model, tokenizer, sources), references, lowercase=lowercases(tokenizer))
     card = json.loads((RELEASE / "results.json").read_text())["results"][f"test2016[:{SMOKE_SENTENCES}]"]
     assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
 
@@ -106,6 +107,8 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
     assert "--corpus" not in train_command(run, "out")
     run["corpus"] = str(tmp_path)
     assert f"--corpus {tmp_path}" in train_command(run, "out")
+    run["lowercase"] = True
+    assert train_command(run, "out").endswith("--dropout 0.3 --lowercase --output-dir out")
     run["model_overrides"] = [["encoder_layers", 2]]
     with pytest.raises(ValueError, match="model_overrides.*no flag"):
         train_command(run, "out")

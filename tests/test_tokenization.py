@@ -3,7 +3,7 @@ from conftest import MULTI30K
 from transformers import AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
-from vanilla_transformer.tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
+from vanilla_transformer.tokenization import lowercases, round_trip_failures, save_tokenizer, train_joint_bpe
 
 ENGLISH_CHINESE = [
     ("The cat sits on the mat.", "猫坐在垫子上。"),
@@ -47,3 +47,17 @@ def test_vocabulary_too_small_is_an_error():
 def test_empty_training_text_is_an_error():
     with pytest.raises(ValueError, match="training text is empty"):
         train_joint_bpe(["", ""], vocab_size=1000)
+
+
+def test_a_lowercasing_tokenizer_lowercases_every_text_and_keeps_doing_so_when_loaded(tmp_path):
+    texts = ["Ein Mann fährt ÜBER die Straße.", "A man drives across the street.", "Zwei Hunde spielen."] * 20
+    tokenizer = train_joint_bpe(texts, vocab_size=400, lowercase=True)
+    loaded = AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path))
+    for text in ["Ein Mann fährt ÜBER die Straße.", "ZWEI Äpfel"]:
+        assert loaded.decode(loaded(text)["input_ids"], skip_special_tokens=True) == text.lower()
+        assert loaded(text)["input_ids"] == loaded(text.lower())["input_ids"]
+    assert lowercases(loaded) and not lowercases(train_joint_bpe(texts, vocab_size=400))
+    assert round_trip_failures(loaded, texts) == []
+    # every merge learned is lowercase text (the byte alphabet, single symbols, holds upper-case letters as any other)
+    merged = [loaded.convert_tokens_to_string([t]) for t in loaded.get_vocab() if len(t) > 1 and t[0] != "<"]
+    assert merged and not [text for text in merged if text != text.lower()]

@@ -75,8 +75,10 @@ def score_translations(
     references: list[str],
     tokenized_references: list[str] | None = None,
     lang: str = "de",
+    lowercase: bool = False,
 ) -> dict:
-    """Score detokenized `hypotheses` against one reference each.
+    """Score detokenized `hypotheses` against one reference each; `lowercase=True` makes sacreBLEU and chrF
+    case-insensitive (`case:lc` in the signature), for a model that writes lowercase (`tokenization.lowercases`).
 
     Returns `{"num_sentences", "bleu", "chrf"}` and, when `tokenized_references` are given, `"tokenized_bleu"`:
 
@@ -94,8 +96,8 @@ def score_translations(
     bleu, chrf = load_metric("sacrebleu"), load_metric("chrf")
     scores = {
         "num_sentences": len(hypotheses),
-        "bleu": bleu.compute(predictions=hypotheses, references=references),
-        "chrf": chrf.compute(predictions=hypotheses, references=references),
+        "bleu": bleu.compute(predictions=hypotheses, references=references, lowercase=lowercase),
+        "chrf": chrf.compute(predictions=hypotheses, references=references, lowercase=lowercase),
     }
     if tokenized_references is not None:
         tokenized_hypotheses = moses_tokenize(hypotheses, lang)
@@ -151,10 +153,12 @@ def score_files(
     references_path: str | Path,
     tokenized_references_path: str | Path | None = None,
     lang: str = "de",
+    lowercase: bool = False,
 ) -> dict:
     """`score_translations` of one-sentence-per-line files, with the paths in the result."""
     tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
-    scores = score_translations(read_lines(hypotheses_path), read_lines(references_path), tokenized_references, lang)
+    hypotheses, references = read_lines(hypotheses_path), read_lines(references_path)
+    scores = score_translations(hypotheses, references, tokenized_references, lang, lowercase=lowercase)
     return {
         "hypotheses": str(hypotheses_path),
         "references": str(references_path),
@@ -176,13 +180,15 @@ def evaluate_model_on_split(
     """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
     `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1); the length penalty
-    α is the model's `generation_config` one unless `length_penalty` is given.
+    α is the model's `generation_config` one unless `length_penalty` is given. A model whose tokenizer lowercases is
+    scored case-insensitively.
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
     import torch
 
     from .decoding import translate
     from .integrity import load_model_and_tokenizer
+    from .tokenization import lowercases
 
     data_dir = Path(data_dir)
     sources = read_lines(data_dir / f"{split}.{source_lang}")
@@ -202,7 +208,9 @@ def evaluate_model_on_split(
     if output_hypotheses is not None:
         write_lines(output_hypotheses, hypotheses)
 
-    scores = score_translations(hypotheses, references, tokenized_references, lang=target_lang)
+    scores = score_translations(
+        hypotheses, references, tokenized_references, lang=target_lang, lowercase=lowercases(tokenizer)
+    )
     return {
         "model": model_name_or_path,
         "split": split,

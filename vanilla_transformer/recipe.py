@@ -8,7 +8,7 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -51,6 +51,7 @@ class TrainingPreset:
     label_smoothing: float = 0.1
     dropout: float | None = None
     max_length: int = 256
+    lowercase: bool = False
     dataset_config: str | None = None
     valid_split: str = "valid"
     model_overrides: tuple[tuple[str, object], ...] = ()
@@ -134,6 +135,8 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
     return replace(TRAINING_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
+FIELD_DEFAULTS = {field.name: field.default for field in fields(TrainingPreset) if field.default is not MISSING}
+
 # TrainingPreset fields that `scripts/train.py` and `scripts/train_no_trainer.py` set with a flag of the same name
 PRESET_FLAGS: dict[str, tuple[type, str]] = {
     "corpus": (str, "'builtin', a folder of {split}.{lang} files, or a datasets name"),
@@ -151,6 +154,7 @@ PRESET_FLAGS: dict[str, tuple[type, str]] = {
     "label_smoothing": (float, "§5.4 label smoothing"),
     "dropout": (float, "dropout rate (§5.4)"),
     "max_length": (int, "pairs with more tokens on a side are dropped (and counted)"),
+    "lowercase": (bool, "train on lowercased text, as the Multi30k literature (the tokenizer lowercases)"),
 }
 
 
@@ -158,7 +162,10 @@ def add_preset_arguments(parser: argparse.ArgumentParser) -> None:
     """`--preset` and one flag per `PRESET_FLAGS` field, each overriding the preset where given."""
     parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
     for field, (kind, help_text) in PRESET_FLAGS.items():
-        parser.add_argument(f"--{field.replace('_', '-')}", type=kind, help=help_text)
+        if kind is bool:
+            parser.add_argument(f"--{field.replace('_', '-')}", action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            parser.add_argument(f"--{field.replace('_', '-')}", type=kind, help=help_text)
 
 
 def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
@@ -209,7 +216,9 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
         changed = [
             f"{field}: {saved.get(field)!r} -> {value!r}"
             for field, value in new.items()
-            if field not in RESUMABLE_FIELDS and not same_setting(field, value, saved.get(field))
+            # a field added since the run was recorded had its default then
+            if field not in RESUMABLE_FIELDS
+            and not same_setting(field, value, saved.get(field, FIELD_DEFAULTS.get(field)))
         ]
         if changed:
             raise ValueError(

@@ -6,13 +6,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, GenerationConfig
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import checkpoint_step, staged_folder
 from .data.corpora import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card, training_hyperparameters
 from .recipe import PRESET_FLAGS, TRAINING_PRESETS, same_setting
+from .tokenization import lowercases
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
 
@@ -34,7 +35,14 @@ def train_command(run_preset: dict, output_dir: str) -> str:
             f"the run's preset differs from {name!r} in {unflagged}, which scripts/train.py has no flag for; "
             f"add the run as a named preset in vanilla_transformer/recipe.py to release it with a reproducible command."
         )
-    flags = "".join(f" --{field.replace('_', '-')} {run_preset[field]}" for field in changed(name))
+
+    def flag(field: str) -> str:
+        name, value = field.replace("_", "-"), run_preset[field]
+        if isinstance(value, bool):
+            return f" --{name}" if value else f" --no-{name}"
+        return f" --{name} {value}"
+
+    flags = "".join(flag(field) for field in changed(name))
     return f"python scripts/train.py --preset {name}{flags} --output-dir {output_dir}"
 
 
@@ -130,7 +138,8 @@ def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str
         }
         hypotheses = read_lines(Path(scratch) / f"{first}.hyp")[:SMOKE_SENTENCES]
     references = read_lines(Path(data_dir) / f"{first}.de")[:SMOKE_SENTENCES]
-    results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(hypotheses, references)
+    lowercase = lowercases(AutoTokenizer.from_pretrained(folder))
+    results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(hypotheses, references, lowercase=lowercase)
     return results
 
 

@@ -8,17 +8,25 @@ normalization, and languages written without spaces (Chinese, Japanese) are spli
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 # ids fixed to the model's defaults (`VanillaTransformerConfig`: pad 0, bos/decoder_start 1, eos 2)
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
 
 def train_joint_bpe(
-    texts: Iterable[str], vocab_size: int = 37000, min_frequency: int = 2, model_max_length: int = 1024
+    texts: Iterable[str],
+    vocab_size: int = 37000,
+    min_frequency: int = 2,
+    model_max_length: int = 1024,
+    lowercase: bool = False,
 ) -> PreTrainedTokenizerFast:
     """Learn a byte-level BPE of `vocab_size` tokens (specials included) from the sentences of both languages.
+
+    `lowercase=True` puts a `Lowercase` normalizer in front (the preprocessing of the Multi30k literature, whose
+    scores are on lowercased text): every text, source or target, is lowercased as it is encoded, so a model trained
+    with it reads and writes lowercase, and `decode(encode(x)) == x.lower()`.
 
     Encoded inputs end with `</s>`; the decoder's `<s>` comes from `shift_tokens_right`, not the tokenizer. Text that
     spells a special token (a user typing `"</s>"` or `"<pad>"`) is encoded as text (`split_special_tokens=True`,
@@ -31,6 +39,8 @@ def train_joint_bpe(
             f"use at least {len(specials) + 256} (the paper: 37000 for WMT14 En-De, ~8000 suits Multi30k)."
         )
     tokenizer = Tokenizer(models.BPE())
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -54,6 +64,13 @@ def train_joint_bpe(
     )
 
 
+def lowercases(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether `tokenizer` lowercases what it encodes (`train_joint_bpe(lowercase=True)`): its model's output is
+    lowercase, to be scored against lowercased references."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend is not None and '"Lowercase"' in backend.to_str()
+
+
 def _non_empty(texts: Iterable[str]) -> Iterator[str]:
     count = 0
     for text in texts:
@@ -65,11 +82,13 @@ def _non_empty(texts: Iterable[str]) -> Iterator[str]:
 
 
 def round_trip_failures(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> list[tuple[int, str, str]]:
-    """(line number, text, decoded text) for every line where `decode(encode(text)) != text`."""
+    """(line number, text, decoded text) for every line where `decode(encode(text)) != text` (`text.lower()` for a
+    tokenizer that `lowercases`)."""
     failures = []
+    lowercase = lowercases(tokenizer)
     for number, text in enumerate(texts, start=1):
         decoded = tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True)
-        if decoded != text:
+        if decoded != (text.lower() if lowercase else text):
             failures.append((number, text, decoded))
     return failures
 

@@ -41,7 +41,7 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
         return AutoTokenizer.from_pretrained(folder)
     pairs = train_corpus["translation"]
     texts = [pair[source_lang] for pair in pairs] + [pair[target_lang] for pair in pairs]
-    tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size)
+    tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size, lowercase=preset.lowercase)
     with staged_folder(folder) as staging:  # a run killed while saving leaves no half-written tokenizer to reuse
         save_tokenizer(tokenizer, staging)
     return tokenizer
