@@ -2,7 +2,8 @@
 trained with `tokenizers` and saved as a `PreTrainedTokenizerFast` that `AutoTokenizer` loads.
 
 The BPE works on bytes (GPT-2's byte-level alphabet), so every string round-trips exactly: no `<unk>`, no
-normalization, and languages written without spaces (Chinese, Japanese) are split into sub-words like any other.
+normalization (lowercasing only when asked), and languages written without spaces (Chinese, Japanese) are split into
+sub-words like any other.
 """
 
 from collections.abc import Iterable, Iterator
