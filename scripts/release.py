@@ -17,6 +17,7 @@ import torch
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.recipe import read_run_preset
 from vanilla_transformer.release import adopt_best_length_penalty, evaluate_release, training_summary, write_release
 
 
@@ -45,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
 
     run = Path(args.run_dir)
-    preset = json.loads((run / "preset.json").read_text()) if (run / "preset.json").is_file() else {}
+    preset = read_run_preset(run / "preset.json") if (run / "preset.json").is_file() else {}
     final = run / "final"
     averaged = average_checkpoints(run, final, args.last or preset.get("average_last", 5))
     on_valid = {}

@@ -12,7 +12,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.recipe import get_training_preset
+from vanilla_transformer.recipe import get_training_preset, read_run_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 from vanilla_transformer.tokenization import lowercases
 
@@ -98,6 +98,12 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
     monkeypatch.chdir(tmp_path / "checkout")
     demo = get_training_preset("demo").as_dict()
     assert train_command(demo, "out") == "python scripts/train.py --preset demo --output-dir out"
+    # a run recorded before the lowercase field existed is the demo preset still
+    del demo["lowercase"]
+    (tmp_path / "preset.json").write_text(json.dumps(demo))
+    assert train_command(read_run_preset(tmp_path / "preset.json"), "out") == (
+        "python scripts/train.py --preset demo --output-dir out"
+    )
     run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.3, lr_factor=1.0, max_steps=8000).as_dict()))
     assert train_command(run, "out") == (
         "python scripts/train.py --preset multi30k --max-steps 8000 --lr-factor 1.0 --dropout 0.3 --output-dir out"

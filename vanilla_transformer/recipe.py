@@ -135,8 +135,6 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
     return replace(TRAINING_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
-FIELD_DEFAULTS = {field.name: field.default for field in fields(TrainingPreset) if field.default is not MISSING}
-
 # TrainingPreset fields that `scripts/train.py` and `scripts/train_no_trainer.py` set with a flag of the same name
 PRESET_FLAGS: dict[str, tuple[type, str]] = {
     "corpus": (str, "'builtin', a folder of {split}.{lang} files, or a datasets name"),
@@ -162,10 +160,8 @@ def add_preset_arguments(parser: argparse.ArgumentParser) -> None:
     """`--preset` and one flag per `PRESET_FLAGS` field, each overriding the preset where given."""
     parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
     for field, (kind, help_text) in PRESET_FLAGS.items():
-        if kind is bool:
-            parser.add_argument(f"--{field.replace('_', '-')}", action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            parser.add_argument(f"--{field.replace('_', '-')}", type=kind, help=help_text)
+        value = {"action": argparse.BooleanOptionalAction} if kind is bool else {"type": kind}
+        parser.add_argument(f"--{field.replace('_', '-')}", help=help_text, **value)
 
 
 def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
@@ -184,6 +180,13 @@ def same_setting(field: str, value: object, other: object) -> bool:
         # the same folder written another way (absolute, or relative to another directory)
         return Path(str(other)).is_dir() and Path(str(value)).samefile(str(other))
     return value == other
+
+
+def read_run_preset(path: str | Path) -> dict:
+    """A run's `preset.json` as it holds it (lists, not tuples). A field added to `TrainingPreset` since the run was
+    recorded reads as its default, which the run had."""
+    defaults = {field.name: field.default for field in fields(TrainingPreset) if field.default is not MISSING}
+    return json.loads(json.dumps(defaults)) | json.loads(Path(path).read_text())
 
 
 def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bool, write: bool = True) -> None:
@@ -212,13 +215,11 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
             f"{newest_step}, or average the checkpoints you want with scripts/average_checkpoints.py."
         )
     if earlier and record.is_file():
-        saved = json.loads(record.read_text())
+        saved = read_run_preset(record)
         changed = [
             f"{field}: {saved.get(field)!r} -> {value!r}"
             for field, value in new.items()
-            # a field added since the run was recorded had its default then
-            if field not in RESUMABLE_FIELDS
-            and not same_setting(field, value, saved.get(field, FIELD_DEFAULTS.get(field)))
+            if field not in RESUMABLE_FIELDS and not same_setting(field, value, saved.get(field))
         ]
         if changed:
             raise ValueError(
