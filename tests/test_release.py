@@ -71,7 +71,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         "modeling_vanilla_transformer.py",
     ):
         (model_files / name).write_bytes((RELEASE / name).read_bytes())
-    run_preset = get_training_preset("multi30k", dropout=0.3).as_dict()
+    run_preset = get_training_preset("multi30k", dropout=0.25).as_dict()
     monkeypatch.chdir(REPO)
     release = write_release(
         model_files, tmp_path / "release", results, training, run_preset, " --length-penalties 0.6,1.5"
@@ -82,7 +82,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         ("test2017", "bleu"): 34.25, ("test2017", "sacrebleu"): 33.0, ("test2017", "chrf"): 55.5,
     }  # fmt: skip
     assert "| test2016[:50] | – | 39 | 59 |" in card.text and "python scripts/release.py" in card.text
-    assert "python scripts/train.py --preset multi30k --dropout 0.3 --output-dir outputs/release" in card.text
+    assert "python scripts/train.py --preset multi30k --dropout 0.25 --output-dir outputs/release" in card.text
     assert "--output-dir model_cards/release --length-penalties 0.6,1.5" in card.text
     assert f"the paper's beam search ({training['hyperparameters']['decoding']})" in card.text
     assert validate_folder(release) == []
@@ -104,9 +104,9 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
     assert train_command(read_run_preset(tmp_path / "preset.json"), "out") == (
         "python scripts/train.py --preset demo --output-dir out"
     )
-    run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.3, lr_factor=1.0, max_steps=8000).as_dict()))
+    run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.25, lr_factor=1.0, max_steps=9000).as_dict()))
     assert train_command(run, "out") == (
-        "python scripts/train.py --preset multi30k --max-steps 8000 --lr-factor 1.0 --dropout 0.3 --output-dir out"
+        "python scripts/train.py --preset multi30k --max-steps 9000 --lr-factor 1.0 --dropout 0.25 --output-dir out"
     )
     # the preset's corpus folder given by another path is the same corpus
     run["corpus"] = str(corpus)
@@ -114,7 +114,7 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
     run["corpus"] = str(tmp_path)
     assert f"--corpus {tmp_path}" in train_command(run, "out")
     run["lowercase"] = True
-    assert train_command(run, "out").endswith("--dropout 0.3 --lowercase --output-dir out")
+    assert train_command(run, "out").endswith("--dropout 0.25 --lowercase --output-dir out")
     run["model_overrides"] = [["encoder_layers", 2]]
     with pytest.raises(ValueError, match="model_overrides.*no flag"):
         train_command(run, "out")
