@@ -23,6 +23,7 @@ from transformers import (
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.decoding import translate
 from vanilla_transformer.modeling_vanilla_transformer import (
+    CACHE_OUTPUT_NAME,
     PAPER_GENERATION_DEFAULTS,
     VanillaTransformerIncrementalDecoder,
     gnmt_length_penalty,
@@ -422,12 +423,14 @@ def test_unsupported_options_raise_with_the_fix(kwargs, message):
         model.generate(**padded(random_sources([4], seed=0)), max_new_tokens=3, length_penalty_form="hf", **kwargs)
 
 
-def test_continuing_from_a_cache_is_refused():
+@pytest.mark.parametrize("name", ["past_key_values", "cache"])  # the cache's name before and from transformers 5.24
+def test_continuing_from_a_cache_is_refused(name):
     model = tiny_model()
     inputs = padded(random_sources([4], seed=0))
     first = model.generate(**inputs, num_beams=1, max_new_tokens=2, return_dict_in_generate=True)
-    with pytest.raises(ValueError, match=r"past_key_values=\.\.\. \(continuing a beam search from a cache\)"):
-        model.generate(**inputs, decoder_input_ids=first.sequences, past_key_values=first.past_key_values)
+    cache = getattr(first, CACHE_OUTPUT_NAME)
+    with pytest.raises(ValueError, match=rf"{name}=\.\.\. \(continuing a beam search from a cache\)"):
+        model.generate(**inputs, decoder_input_ids=first.sequences, **{name: cache})
 
 
 @pytest.mark.parametrize(

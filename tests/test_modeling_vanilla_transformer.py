@@ -19,6 +19,7 @@ from vanilla_transformer import (
     sinusoidal_position_encoding,
 )
 from vanilla_transformer.modeling_vanilla_transformer import (
+    CACHE_OUTPUT_NAME,
     VanillaTransformerAttention,
     VanillaTransformerIncrementalDecoder,
 )
@@ -300,7 +301,7 @@ def test_static_cache_and_continuing_from_a_cache_match_dynamic_decoding(batch):
     continued = model.generate(
         **inputs,
         decoder_input_ids=first.sequences,
-        past_key_values=first.past_key_values,
+        **{CACHE_OUTPUT_NAME: getattr(first, CACHE_OUTPUT_NAME)},
         max_new_tokens=4,
         min_new_tokens=4,
         num_beams=1,
@@ -328,7 +329,7 @@ def test_cross_attention_keys_and_values_are_computed_once(batch, monkeypatch):
         return_dict_in_generate=True,
     )
     assert len(calls) == 1
-    cache = out.past_key_values
+    cache = getattr(out, CACHE_OUTPUT_NAME)
     assert isinstance(cache, EncoderDecoderCache)
     assert cache.self_attention_cache.get_seq_length() == 6
     assert cache.cross_attention_cache.get_seq_length() == batch["input_ids"].shape[1]
@@ -337,6 +338,29 @@ def test_cross_attention_keys_and_values_are_computed_once(batch, monkeypatch):
         calls.clear()
         model.generate(**batch_inputs(batch), num_beams=num_beams, max_new_tokens=6, min_new_tokens=6)
         assert len(calls) == 1
+
+
+def test_the_decoder_cache_goes_by_either_name(batch):
+    """transformers 5.24 renamed `past_key_values` to `cache`; both name the same argument, and outputs carry the
+    installed release's field."""
+    import transformers.modeling_outputs
+
+    assert CACHE_OUTPUT_NAME in transformers.modeling_outputs.Seq2SeqLMOutput.__dataclass_fields__
+    model = tiny_model().eval()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    first_steps = batch["decoder_input_ids"][:, :3]
+    with torch.no_grad():
+        full = model(**inputs, decoder_input_ids=batch["decoder_input_ids"][:, :4]).logits[:, 3]
+        logits = {}
+        for name in ("past_key_values", "cache"):
+            prefix = model(**inputs, decoder_input_ids=first_steps, use_cache=True)
+            step = {name: getattr(prefix, CACHE_OUTPUT_NAME)}
+            logits[name] = model(**inputs, decoder_input_ids=batch["decoder_input_ids"][:, 3:4], **step).logits[:, 0]
+        torch.testing.assert_close(logits["past_key_values"], full, rtol=0, atol=1e-5)
+        torch.testing.assert_close(logits["cache"], full, rtol=0, atol=1e-5)
+        cache = getattr(model(**inputs, decoder_input_ids=first_steps, use_cache=True), CACHE_OUTPUT_NAME)
+        with pytest.raises(ValueError, match="Both `past_key_values` and `cache`.*Pass it once"):
+            model(**inputs, decoder_input_ids=first_steps, past_key_values=cache, cache=cache)
 
 
 def test_attention_outputs(batch):
