@@ -26,6 +26,11 @@ def test_release_folder_is_hub_ready():
                 "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"}  # fmt: skip
     assert expected <= names
     assert (RELEASE / "model.safetensors").stat().st_size <= 20 * 2**20
+    # the remote code users download is this checkout's, with its fixes (e.g. for transformers 5.24's `cache`)
+    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"):
+        assert (RELEASE / name).read_text() == (REPO / "vanilla_transformer" / name).read_text(), (
+            f"{RELEASE.name}/{name} differs from vanilla_transformer/{name}: copy it over"
+        )
     config = json.loads((RELEASE / "config.json").read_text())
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
     # the card's metadata parses with the Hub's own parser and carries the measured results

@@ -65,6 +65,21 @@ REMOTE_AUTO_MAP = {
     "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
 }
 
+# transformers 5.24 renamed the decoder cache from `past_key_values` to `cache`: `generate()` passes `cache=` to
+# `forward` and the output classes hold a `cache` field. The model takes either name, from either release, and
+# returns the field of the installed one (the old name still reads there, with a deprecation warning).
+CACHE_OUTPUT_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def one_decoder_cache(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
+    """The decoder cache passed as `past_key_values` (transformers < 5.24) or as `cache` (5.24 and later)."""
+    if past_key_values is not None and cache is not None:
+        raise ValueError(
+            "Both `past_key_values` and `cache` were given; they name the same decoder cache (transformers 5.24 "
+            "renamed `past_key_values` to `cache`). Pass it once."
+        )
+    return cache if cache is not None else past_key_values
+
 
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing: the decoder reads the target shifted right by one, starting from `decoder_start_token_id`."""
@@ -459,7 +474,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -589,6 +604,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
@@ -600,6 +616,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         check_shape(inputs_embeds, ("batch_size", "target_length", self.config.d_model), "decoder_inputs_embeds")
         batch_size, seq_length = inputs_embeds.shape[:2]
 
+        past_key_values = one_decoder_cache(past_key_values, cache)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -617,12 +634,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             if isinstance(past_key_values, EncoderDecoderCache)
             else past_key_values
         )
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
+        # positional, as the cache argument is `past_key_values` before transformers 5.24 and `cache` from it
+        causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
@@ -646,7 +659,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
+            last_hidden_state=hidden_states, **{CACHE_OUTPUT_NAME: past_key_values}
         )
 
 
@@ -689,6 +702,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         r"""
@@ -700,6 +714,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             decoder_attention_mask: 1 for target tokens, 0 for padding; the causal mask is always applied.
             encoder_outputs: a precomputed encoder output, reused across decoding steps.
             past_key_values: an `EncoderDecoderCache` of the decoder's self- and cross-attention keys and values.
+            cache: the same, under the name transformers uses from 5.24 on; pass one of the two.
         """
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -716,14 +731,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs[0],
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            past_key_values=one_decoder_cache(past_key_values, cache),
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_OUTPUT_NAME: getattr(decoder_outputs, CACHE_OUTPUT_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -977,6 +992,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         r"""
@@ -1003,7 +1019,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values,
+            past_key_values=one_decoder_cache(past_key_values, cache),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -1026,7 +1042,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_OUTPUT_NAME: getattr(outputs, CACHE_OUTPUT_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -1153,7 +1169,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if generation_config.use_cache is False or generation_config.return_dict_in_generate:
             return False
         if any(
-            kwargs.get(name) is not None for name in ("past_key_values", "decoder_inputs_embeds", "assistant_model")
+            kwargs.get(name) is not None
+            for name in ("past_key_values", "cache", "decoder_inputs_embeds", "assistant_model")
         ):
             return False
         decoder_attention_mask = kwargs.get("decoder_attention_mask")
@@ -1244,11 +1261,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             "negative_prompt_ids",
             "decoder_inputs_embeds",
             "past_key_values",
+            "cache",
         ):
             if kwargs.get(name) is not None:
                 problems.append(
                     f"{name}=... (continuing a beam search from a cache)"
-                    if name == "past_key_values"
+                    if name in ("past_key_values", "cache")
                     else f"{name}=..."
                 )
         if kwargs.get("synced_gpus"):
