@@ -11,6 +11,7 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vanilla_transformer import (
     VanillaTransformerConfig,
@@ -343,9 +344,7 @@ def test_cross_attention_keys_and_values_are_computed_once(batch, monkeypatch):
 def test_the_decoder_cache_goes_by_either_name(batch):
     """transformers 5.24 renamed `past_key_values` to `cache`; both name the same argument, and outputs carry the
     installed release's field."""
-    import transformers.modeling_outputs
-
-    assert CACHE_OUTPUT_NAME in transformers.modeling_outputs.Seq2SeqLMOutput.__dataclass_fields__
+    assert CACHE_OUTPUT_NAME in Seq2SeqLMOutput.__dataclass_fields__
     model = tiny_model().eval()
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     first_steps = batch["decoder_input_ids"][:, :3]
