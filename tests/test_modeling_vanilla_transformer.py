@@ -416,13 +416,21 @@ def test_gradient_accumulation_with_num_items_in_batch_matches_one_large_batch()
 
 def test_gradient_checkpointing_gives_the_same_gradients(batch):
     labels = torch.randint(3, VOCAB, (3, 7))
-    grads = []
+    grads, layer_forwards = [], []
     for checkpointing in (False, True):
         model = tiny_model().train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            # transformers 5.24 renamed it activation_checkpointing_enable; 5.15 has only the old name
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable()
+        calls = []
+        for layer in (*model.model.encoder.layers, *model.model.decoder.layers):
+            layer.ffn.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
         grads.append([p.grad.clone() for p in model.parameters()])
+        layer_forwards.append(len(calls))
+    # checkpointing keeps no activations inside a layer, so backward runs each layer's sublayers a second time
+    assert layer_forwards[1] == 2 * layer_forwards[0] > 0
     for plain, checkpointed in zip(*grads, strict=True):
         torch.testing.assert_close(checkpointed, plain)
 
