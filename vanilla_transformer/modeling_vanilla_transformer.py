@@ -68,6 +68,7 @@ REMOTE_AUTO_MAP = {
 # transformers 5.24 renamed the decoder cache from `past_key_values` to `cache`: `generate()` passes `cache=` to
 # `forward` and the output classes hold a `cache` field. The model takes either name, from either release, and
 # returns the field of the installed one (the old name still reads there, with a deprecation warning).
+DECODER_CACHE_NAMES = ("past_key_values", "cache")
 CACHE_OUTPUT_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
@@ -474,7 +475,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values", "cache"]
+    _skip_keys_device_placement = list(DECODER_CACHE_NAMES)
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -1171,8 +1172,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if generation_config.use_cache is False or generation_config.return_dict_in_generate:
             return False
         if any(
-            kwargs.get(name) is not None
-            for name in ("past_key_values", "cache", "decoder_inputs_embeds", "assistant_model")
+            kwargs.get(name) is not None for name in (*DECODER_CACHE_NAMES, "decoder_inputs_embeds", "assistant_model")
         ):
             return False
         decoder_attention_mask = kwargs.get("decoder_attention_mask")
@@ -1262,13 +1262,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             "prefix_allowed_tokens_fn",
             "negative_prompt_ids",
             "decoder_inputs_embeds",
-            "past_key_values",
-            "cache",
+            *DECODER_CACHE_NAMES,
         ):
             if kwargs.get(name) is not None:
                 problems.append(
                     f"{name}=... (continuing a beam search from a cache)"
-                    if name in ("past_key_values", "cache")
+                    if name in DECODER_CACHE_NAMES
                     else f"{name}=..."
                 )
         if kwargs.get("synced_gpus"):
