@@ -7,8 +7,10 @@ and points the real `huggingface_hub` client at. Pushed repos are loaded back by
 code is also checked to load and generate on both.
 """
 
+import ast
 import hashlib
 import json
+import os
 import pickle
 import runpy
 import shutil
@@ -38,7 +40,7 @@ from vanilla_transformer.hub import (
     validate_folder,
 )
 from vanilla_transformer.recipe import VanillaTransformerTrainer, get_training_preset, label_smoothed_loss
-from vanilla_transformer.remote_code import translate_without_package
+from vanilla_transformer.remote_code import _BLOCK_PACKAGE, translate_without_package
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
@@ -359,3 +361,26 @@ def test_pickles_are_found_by_content_as_well_as_by_name(tmp_path):
     (tmp_path / "notes.txt").write_text("not a pickle")
     (tmp_path / "model.bin").write_bytes(b"")
     assert [p.name for p in find_pickles(tmp_path)] == ["archive.dat", "model.bin", "plain.json"]
+
+
+def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_warning(tmp_path):
+    repo_id = f"{HUB_USER}/vanilla-transformer-multi30k-en-de"
+    push_folder(RELEASE, repo_id)
+    readme = (REPO / "README.md").read_text()
+    snippet = readme.split("<!-- hub-snippet -->")[1].split("```python")[1].split("```")[0]
+    snippet = snippet.replace("your-name/vanilla-transformer-multi30k-en-de", repo_id)
+    # a new machine: no vanilla_transformer, an empty cache, and nobody at the keyboard to answer a prompt
+    completed = subprocess.run(
+        [sys.executable, "-c", _BLOCK_PACKAGE + snippet],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH="", HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_PROGRESS_BARS="1"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stderr.strip() == "", completed.stderr[-3000:]  # no "[y/N]" prompt, no warning
+    (translation,) = ast.literal_eval(completed.stdout.strip().splitlines()[-1])
+    assert translation.startswith("Ein Hund")

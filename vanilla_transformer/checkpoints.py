@@ -11,9 +11,10 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM
 
 from .integrity import check_config_file, check_safetensors_file, fsync_directory, fsync_tree, write_checksums
+from .tokenization import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -130,5 +131,5 @@ def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) 
         model.save_pretrained(staging)
         write_checksums(staging)
         if (chosen[-1] / "tokenizer.json").is_file():
-            AutoTokenizer.from_pretrained(chosen[-1]).save_pretrained(staging)
+            load_tokenizer(chosen[-1]).save_pretrained(staging)
     return chosen

@@ -17,8 +17,10 @@ import json
 import os
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from .tokenization import load_tokenizer
 
 MODEL_TYPE = "vanilla_transformer"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -239,7 +241,7 @@ def load_model_and_tokenizer(
     `check_model_folder` (local folders) and `check_tokenizer_fits_model`. Only safetensors weights are loaded."""
     if Path(name_or_path).is_dir():
         check_model_folder(name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    tokenizer = load_tokenizer(name_or_path)
     model = AutoModelForSeq2SeqLM.from_pretrained(str(name_or_path), use_safetensors=True)
     check_tokenizer_fits_model(tokenizer, model.config, str(name_or_path))
     if device is not None:

@@ -10,10 +10,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 # ids fixed to the model's defaults (`VanillaTransformerConfig`: pad 0, bos/decoder_start 1, eos 2)
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+# what `from_pretrained` records about the load itself in `init_kwargs`, and `save_pretrained` would write into
+# `tokenizer_config.json` for every later user of the saved folder (transformers 5.x)
+LOAD_TIME_KEYS = ("is_local", "local_files_only")
 
 
 def train_joint_bpe(
@@ -92,6 +95,15 @@ def round_trip_failures(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]
         if decoded != (text.lower() if lowercase else text):
             failures.append((number, text, decoded))
     return failures
+
+
+def load_tokenizer(name_or_path: str | Path, **kwargs) -> PreTrainedTokenizerBase:
+    """`AutoTokenizer.from_pretrained`, minus what it records about this load (`LOAD_TIME_KEYS`), so that saving the
+    tokenizer again (checkpoints, averaged models, releases) writes only the tokenizer's own settings."""
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
+    for key in LOAD_TIME_KEYS:
+        tokenizer.init_kwargs.pop(key, None)
+    return tokenizer
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | Path) -> Path:
