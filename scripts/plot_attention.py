@@ -1,34 +1,14 @@
-"""Draw encoder self-attention and encoder-decoder attention of one sentence as PNG (the paper's Figures 3-5).
+"""`python scripts/plot_attention.py` (a source checkout) = `vanilla-transformer plot-attention`: the same flags.
 
-    python scripts/plot_attention.py --model model_cards/vanilla-transformer-multi30k-en-de \
-        --sentence "A man is riding a bike." --layers 0 3 --heads 0 1 2 3 --output-dir outputs/attention
+The command is vanilla_transformer/commands/plot_attention.py; `--help` lists its flags.
 """
 
-import argparse
-from pathlib import Path
-
-import vanilla_transformer  # noqa: F401  (registers the Auto classes)
-from vanilla_transformer.integrity import load_model_and_tokenizer
-from vanilla_transformer.plots import attention_maps, plot_attention
+from vanilla_transformer.cli import run_script
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a model folder or Hub id")
-    parser.add_argument("--sentence", required=True, help="the source sentence")
-    parser.add_argument("--target", help="the target sentence (default: the model's translation)")
-    parser.add_argument("--layers", type=int, nargs="+", default=[0], help="0-based layer numbers")
-    parser.add_argument("--heads", type=int, nargs="+", default=[0], help="0-based head numbers")
-    parser.add_argument("--output-dir", default=".")
-    args = parser.parse_args()
-
-    model, tokenizer = load_model_and_tokenizer(args.model)
-    maps = attention_maps(model, tokenizer, args.sentence, args.target)
-    output = Path(args.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    for kind in ("encoder", "cross"):
-        path = plot_attention(maps, kind, args.layers, args.heads, output / f"attention-{kind}.png")
-        print(f"wrote {path}")
+def main(argv: list[str] | None = None) -> None:
+    """Run `vanilla-transformer plot-attention` with `argv` (default: the command line)."""
+    run_script("plot-attention", argv)
 
 
 if __name__ == "__main__":

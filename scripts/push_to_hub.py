@@ -1,45 +1,14 @@
-"""Push a saved model folder to the Hugging Face Hub, after checking that it is complete and safe.
+"""`python scripts/push_to_hub.py` (a source checkout) = `vanilla-transformer push`: the same flags.
 
-    python scripts/push_to_hub.py model_cards/vanilla-transformer-multi30k-en-de --repo-id your-name/multi30k-en-de
-
-The folder needs model.safetensors (no pickles anywhere), config.json with an auto_map for AutoConfig, AutoModel and
-AutoModelForSeq2SeqLM and both code files, tokenizer files, generation_config.json and a README.md card with YAML
-metadata; a missing card is rendered from model_cards/template.md with the run's scores and arguments. A folder that
-fails gets the list of every problem and nothing is sent. The token and endpoint come from HF_TOKEN (or
-`hf auth login`) and HF_ENDPOINT.
+The command is vanilla_transformer/commands/push.py; `--help` lists its flags.
 """
 
-import argparse
-import sys
-
-import vanilla_transformer  # noqa: F401  (registers the Auto classes the folder check loads with)
-from vanilla_transformer.hub import FolderNotReadyError, HubPushError, push_folder
+from vanilla_transformer.cli import run_script
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", help="the folder to push (save_pretrained output or a release folder)")
-    parser.add_argument("--repo-id", required=True, help="namespace/name on the Hub")
-    parser.add_argument("--private", action="store_true", help="create the repo private (when it does not exist)")
-    parser.add_argument("--revision", help="branch to push to, created from main when missing (default: main)")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--commit-message", help="default: 'Upload <folder name>'")
-    args = parser.parse_args()
-    try:
-        commit = push_folder(
-            args.folder,
-            args.repo_id,
-            private=args.private,
-            revision=args.revision,
-            create_pr=args.create_pr,
-            commit_message=args.commit_message,
-        )
-    except (FolderNotReadyError, HubPushError, ValueError) as error:
-        sys.exit(f"error: {error}")
-    print(f"pushed {args.folder} to {args.repo_id}: commit {commit.oid}")
-    if commit.pr_url:
-        print(f"pull request {commit.pr_url} (load it with revision={commit.pr_revision!r})")
-    print(f'load it: AutoModelForSeq2SeqLM.from_pretrained("{args.repo_id}", trust_remote_code=True)')
+def main(argv: list[str] | None = None) -> None:
+    """Run `vanilla-transformer push` with `argv` (default: the command line)."""
+    run_script("push", argv)
 
 
 if __name__ == "__main__":

@@ -1,64 +1,14 @@
-"""Train the Transformer with the paper's recipe (§5) in a plain `accelerate` loop (vanilla_transformer/no_trainer.py),
-the counterpart of transformers' `run_translation_no_trainer.py`; `scripts/train.py` runs the same on Seq2SeqTrainer.
+"""`python scripts/train_no_trainer.py` (a source checkout) = `vanilla-transformer train-no-trainer`: the same flags.
 
-    python scripts/train_no_trainer.py --preset demo --output-dir outputs/demo-nt                  # one process
-    accelerate launch --num_processes 8 scripts/train_no_trainer.py --preset paper-base --output-dir outputs/base
-    torchrun --nproc_per_node 2 scripts/train_no_trainer.py --preset demo --output-dir outputs/demo-nt   # CPU, gloo
-
-Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state`) when started again with the same
---output-dir.
+The command is vanilla_transformer/commands/train_no_trainer.py; `--help` lists its flags.
 """
 
-import argparse
-
-import vanilla_transformer  # noqa: F401  (registers the Auto classes)
-from vanilla_transformer.no_trainer import train_no_trainer
-from vanilla_transformer.recipe import add_preset_arguments, preset_from_arguments
+from vanilla_transformer.cli import run_script
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_preset_arguments(parser)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--source-lang", default="en")
-    parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
-    parser.add_argument("--gradient-accumulation-steps", type=int, help="instead of --tokens-per-update")
-    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
-    parser.add_argument(
-        "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
-    )
-    parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
-    parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
-    parser.add_argument("--eval-batch-size", type=int, default=64, help="pairs per process and validation batch")
-    parser.add_argument("--train-samples", type=int, help="train on the first N pairs only")
-    parser.add_argument("--log-steps", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
-    )
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    args = parser.parse_args()
-
-    preset = preset_from_arguments(args)
-    train_no_trainer(
-        preset,
-        args.output_dir,
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-        seed=args.seed,
-        per_device_batch_size=args.per_device_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        max_grad_norm=args.max_grad_norm,
-        mixed_precision=args.mixed_precision,
-        resume=not args.no_resume,
-        eval_beams=args.eval_beams,
-        eval_samples=args.eval_samples,
-        eval_batch_size=args.eval_batch_size,
-        train_samples=args.train_samples,
-        log_steps=args.log_steps,
-        threads=args.threads,
-    )
+def main(argv: list[str] | None = None) -> None:
+    """Run `vanilla-transformer train-no-trainer` with `argv` (default: the command line)."""
+    run_script("train-no-trainer", argv)
 
 
 if __name__ == "__main__":

@@ -1,38 +1,14 @@
-"""Train one joint BPE for both languages (§5.1) and save it as a PreTrainedTokenizerFast (AutoTokenizer loads it).
+"""`python scripts/train_tokenizer.py` (a source checkout) = `vanilla-transformer train-tokenizer`: the same flags.
 
-python scripts/train_tokenizer.py --corpus ../shared/data/multi30k --vocab-size 8000 --output-dir outputs/tok
+The command is vanilla_transformer/commands/train_tokenizer.py; `--help` lists its flags.
 """
 
-import argparse
-
-from vanilla_transformer.data.corpora import load_corpus
-from vanilla_transformer.tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
+from vanilla_transformer.cli import run_script
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="builtin", help="'builtin', a folder of {split}.{lang} files, or a name")
-    parser.add_argument("--dataset-config")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--source-lang", default="en")
-    parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="~8000 for Multi30k, 37000 for WMT14 (paper)")
-    parser.add_argument("--lowercase", action="store_true", help="lowercase every text (the Multi30k literature)")
-    parser.add_argument("--output-dir", required=True)
-    args = parser.parse_args()
-
-    corpus = load_corpus(args.corpus, args.split, args.source_lang, args.target_lang, args.dataset_config)
-    pairs = corpus["translation"]
-    texts = [pair[args.source_lang] for pair in pairs] + [pair[args.target_lang] for pair in pairs]
-    tokenizer = train_joint_bpe(texts, vocab_size=args.vocab_size, lowercase=args.lowercase)
-    save_tokenizer(tokenizer, args.output_dir)
-    failures = round_trip_failures(tokenizer, texts)
-    print(
-        f"{len(tokenizer)} tokens saved to {args.output_dir}; "
-        f"decode(encode(x)) != {'x.lower()' if args.lowercase else 'x'} for {len(failures)} of {len(texts)} lines"
-    )
-    for number, text, decoded in failures[:10]:
-        print(f"  line {number}: {text!r} -> {decoded!r}")
+def main(argv: list[str] | None = None) -> None:
+    """Run `vanilla-transformer train-tokenizer` with `argv` (default: the command line)."""
+    run_script("train-tokenizer", argv)
 
 
 if __name__ == "__main__":

@@ -37,24 +37,27 @@ import torch  # noqa: E402
 
 import vanilla_transformer  # noqa: E402, F401  (registers the Auto classes)
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.data.multi30k import Multi30kUnavailable, multi30k_dir  # noqa: E402
 
 # pytest -n 2 runs two workers on two cores: more threads per worker only make them wait for each other
 torch.set_num_threads(1)
 
-# The project's data (Multi30k, WMT14) lives beside the checkout, as on the development machines and in CI; a
-# checkout elsewhere names the folder with VANILLA_TRANSFORMER_SHARED_DATA.
-SHARED_DATA = Path(
-    os.environ.get("VANILLA_TRANSFORMER_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
-MULTI30K = SHARED_DATA / "multi30k"
 
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not (MULTI30K / "train.en").is_file():
-        raise pytest.UsageError(
-            f"the Multi30k files are not in {MULTI30K}: the tests read ../shared/data beside the checkout; set "
-            f"VANILLA_TRANSFORMER_SHARED_DATA to the folder that holds multi30k/."
-        )
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    """The Multi30k folder (`{split}.{lang}`, `tok/`): $VANILLA_TRANSFORMER_MULTI30K, else a complete download cache;
+    tests never download it. Without it the tests that read it are skipped, or fail where
+    VANILLA_TRANSFORMER_REQUIRE_DATA=1 (CI, whose data must not go missing unnoticed)."""
+    try:
+        return multi30k_dir(download=False)
+    except Multi30kUnavailable as error:
+        unavailable = error
+    if os.environ.get("VANILLA_TRANSFORMER_REQUIRE_DATA") == "1":
+        pytest.fail(f"VANILLA_TRANSFORMER_REQUIRE_DATA=1: {unavailable}", pytrace=False)
+    pytest.skip(
+        "no Multi30k files: set VANILLA_TRANSFORMER_MULTI30K=DIR (a folder of {split}.{lang} and tok/), "
+        "or run `vanilla-transformer download-multi30k`"
+    )
 
 
 VOCAB = 64

@@ -1,10 +1,12 @@
 """Data parallelism on the CPU: `scripts/train.py` (Seq2SeqTrainer) and `scripts/train_no_trainer.py` (a plain
 `accelerate` loop) launched with `torchrun --nproc_per_node 2` (a gloo group; `accelerate launch --cpu` would start
-one process) follow one process with twice the batch, evaluate every example exactly once, and resume exactly."""
+one process) follow one process with twice the batch, evaluate every example exactly once, and resume exactly; settings
+that cannot finish stop every process with the same error before training, with none left waiting in gloo."""
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,17 +26,30 @@ COMMON = ["--preset", "demo", "--max-steps", "5", "--warmup-steps", "2", "--lr-f
           "--log-steps", "1", "--eval-samples", str(VALID_PAIRS)]  # fmt: skip
 
 
-def launch(script: str | Path, processes: int, *args: str) -> None:
-    """Run `scripts/<script>` (or a path) in `processes` processes (torchrun, gloo, one thread each)."""
+def launch_environment() -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def run_launched(script: str | Path, processes: int, *args: str) -> subprocess.CompletedProcess:
+    """Run `scripts/<script>` (or a path) in `processes` processes (torchrun, gloo, one thread each)."""
     launcher = [sys.executable]
     if processes > 1:
         # --standalone: a rendezvous on a free port, so that parallel test workers do not collide
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    result = subprocess.run(
-        [*launcher, str(ROOT / "scripts" / script), *args], cwd=ROOT, env=env, capture_output=True, text=True
+    return subprocess.run(
+        [*launcher, str(ROOT / "scripts" / script), *args],
+        cwd=ROOT,
+        env=launch_environment(),
+        capture_output=True,
+        text=True,
     )
+
+
+def launch(script: str | Path, processes: int, *args: str) -> None:
+    """`run_launched`, which must succeed."""
+    result = run_launched(script, processes, *args)
     assert result.returncode == 0, (
         f"{script} on {processes} process(es) failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     )
@@ -175,3 +190,55 @@ def test_token_batches_shard_into_whole_batches_per_process():
     assert taken[1] == batches[1::2] + [batches[0]]
     sampler.set_epoch(1)
     assert list(shards[0]) != taken[0] and sorted(map(sorted, list(sampler))) == sorted(map(sorted, batches))
+
+
+# what a process prints when a peer of its gloo group died while it waited in a collective call
+GLOO_ERRORS = ("Connection closed by peer", "Connection reset by peer", "gloo/transport")
+
+
+def test_settings_no_run_can_finish_stop_both_processes_before_training(tmp_path):
+    # issue 23: averaging 3 checkpoints (the demo preset) when 60 updates saved every 30 write 2 failed after all 60
+    # updates on one process, and in a collective call on the other
+    output = tmp_path / "run"
+    result = run_launched("train.py", 2, "--preset", "demo", "--max-steps", "60", "--save-steps", "30",
+                          "--output-dir", str(output), "--report-to", "none")  # fmt: skip
+    printed = result.stdout + result.stderr
+    # torchrun stops the other process once one fails; that each stops by itself is the test below
+    assert result.returncode != 0
+    assert "SettingsError: --average-last 3 averages the last 3 checkpoints at the end, but --max-steps 60" in printed
+    assert not any(error in printed for error in GLOO_ERRORS), printed[-4000:]
+    assert not output.exists()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
+def test_data_no_batch_can_hold_stops_every_process_by_itself(script, tmp_path):
+    """Refused after the process group exists (the data are tokenized by then): each process, started by hand as
+    torchrun would start it but with no launcher to stop the others when one fails, exits with the error by itself
+    rather than waiting for a peer."""
+    env = {**launch_environment(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
+           "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
+    args = ["--preset", "demo", "--max-tokens", "20", "--max-steps", "5", "--save-steps", "5", "--average-last", "1",
+            "--output-dir", str(tmp_path / "run")]  # fmt: skip
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts" / script), *args],
+            cwd=ROOT,
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    for process in processes:
+        printed, _ = process.communicate(timeout=300)
+        assert process.returncode == 1, printed[-4000:]
+        assert "SettingsError: --max-tokens 20 is smaller than the longest training pair" in printed
+        assert not any(error in printed for error in GLOO_ERRORS), printed[-4000:]
+    assert not list((tmp_path / "run").glob("checkpoint-*"))

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
-from conftest import MULTI30K
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import EvalPrediction, PreTrainedTokenizerFast
 
@@ -166,9 +165,9 @@ def test_moses_tokenize_rules(raw, lang, tokenized):
 
 @pytest.mark.parametrize("lang", ["de", "en"])
 @pytest.mark.parametrize("split", ["test2016", "test2017", "valid"])
-def test_moses_tokenize_reproduces_the_official_multi30k_tok_files(split, lang):
-    raw = read_lines(MULTI30K / f"{split}.{lang}")
-    official = read_lines(MULTI30K / "tok" / f"{split}.lc.norm.tok.{lang}")
+def test_moses_tokenize_reproduces_the_official_multi30k_tok_files(multi30k, split, lang):
+    raw = read_lines(multi30k / f"{split}.{lang}")
+    official = read_lines(multi30k / "tok" / f"{split}.lc.norm.tok.{lang}")
     ours = moses_tokenize(raw, lang)
     differences = [
         (number, raw[number], ours[number], official[number])
@@ -179,9 +178,9 @@ def test_moses_tokenize_reproduces_the_official_multi30k_tok_files(split, lang):
     assert differences == []
 
 
-def test_tokenized_bleu_of_the_raw_reference_against_the_official_tok_reference_is_100():
-    raw = read_lines(MULTI30K / "test2016.de")
-    official = read_lines(MULTI30K / "tok" / "test2016.lc.norm.tok.de")
+def test_tokenized_bleu_of_the_raw_reference_against_the_official_tok_reference_is_100(multi30k):
+    raw = read_lines(multi30k / "test2016.de")
+    official = read_lines(multi30k / "tok" / "test2016.lc.norm.tok.de")
     tokenized_bleu = score_translations(raw, raw, official, lang="de")["tokenized_bleu"]
     assert tokenized_bleu["score"] == pytest.approx(100.0)
     assert tokenized_bleu["counts"] == tokenized_bleu["totals"] == [12103, 11103, 10103, 9103]
@@ -252,9 +251,9 @@ def test_compute_metrics_for_trainer_decodes_ids_and_ignores_minus_100():
     assert compute_metrics(EvalPrediction(predictions=(predictions,), label_ids=labels)) == metrics
 
 
-def test_script_scores_a_hypotheses_file(tmp_path):
-    references = read_lines(MULTI30K / "test2016.de")[:40]
-    tokenized_references = read_lines(MULTI30K / "tok" / "test2016.lc.norm.tok.de")[:40]
+def test_script_scores_a_hypotheses_file(multi30k, tmp_path):
+    references = read_lines(multi30k / "test2016.de")[:40]
+    tokenized_references = read_lines(multi30k / "tok" / "test2016.lc.norm.tok.de")[:40]
     hypotheses = [line.replace("Mann", "Herr").replace("einem", "einen") for line in references]
     files = {}
     for name, lines in [("hyp", hypotheses), ("ref", references), ("tok", tokenized_references)]:

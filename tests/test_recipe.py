@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.checkpoints import list_checkpoints
+from vanilla_transformer.checkpoints import RESUME_FILES, list_checkpoints
 from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
 from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.recipe import (
@@ -30,6 +31,7 @@ from vanilla_transformer.recipe import (
     preset_from_arguments,
     record_run_preset,
 )
+from vanilla_transformer.settings_check import SettingsError, check_settings, trainer_checkpoint_steps
 from vanilla_transformer.training import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,3 +251,170 @@ def test_preset_flags_override_only_the_fields_given():
     assert preset_from_arguments(args) == expected != get_training_preset("multi30k")
     assert preset_from_arguments(parser.parse_args(["--preset", "multi30k", "--lowercase"])).lowercase is True
     assert preset_from_arguments(parser.parse_args(["--preset", "multi30k"])).lowercase is False
+
+
+# Settings that no run can finish, as preset fields and options of the training functions, with what the refusal must
+# say: the flags as typed and the fix. Each is refused before the corpus is loaded, on both training paths.
+REFUSED_ON_BOTH_PATHS = [
+    pytest.param({"max_steps": 0}, {}, ["--max-steps 0", "at least 1"], id="max-steps-0"),
+    pytest.param({"save_steps": 0}, {}, ["--save-steps 0", "at least 1"], id="save-steps-0"),
+    pytest.param({"eval_steps": -5}, {}, ["--eval-steps -5", "at least 1"], id="eval-steps-negative"),
+    pytest.param({"warmup_steps": 0}, {}, ["--warmup-steps 0", "at least 1"], id="warmup-steps-0"),
+    pytest.param({"average_last": 0}, {}, ["--average-last 0", "at least 1"], id="average-last-0"),
+    pytest.param({"max_tokens": 0}, {}, ["--max-tokens 0", "at least 1"], id="max-tokens-0"),
+    pytest.param({"tokens_per_update": -1}, {}, ["--tokens-per-update -1", "at least 1"], id="tokens-per-update"),
+    pytest.param({"max_length": 0}, {}, ["--max-length 0", "at least 1"], id="max-length-0"),
+    pytest.param({"vocab_size": 259}, {}, ["--vocab-size 259", "give --vocab-size 260 or more"], id="vocab-size"),
+    pytest.param({"lr_factor": 0.0}, {}, ["--lr-factor 0.0", "above 0"], id="lr-factor-0"),
+    pytest.param({"lr_factor": math.nan}, {}, ["--lr-factor nan", "above 0"], id="lr-factor-nan"),
+    pytest.param({"label_smoothing": 1.5}, {}, ["--label-smoothing 1.5", "[0, 1]"], id="label-smoothing"),
+    pytest.param({"dropout": 1.0}, {}, ["--dropout 1.0", "[0, 1)"], id="dropout-1"),
+    pytest.param(
+        {"max_length": 64, "model_overrides": (("position_encoding", "learned"), ("max_position_embeddings", 32))},
+        {},
+        ["--max-length 64", "learned positions end at max_position_embeddings=32", "give --max-length 32 or less"],
+        id="max-length-past-learned-positions",
+    ),
+    pytest.param(
+        {"model_overrides": (("d_model", 130),)},
+        {},
+        ["model_overrides {'d_model': 130}", "not divisible"],
+        id="model-override",
+    ),
+    pytest.param({}, {"eval_samples": 0}, ["--eval-samples 0", "or leave the flag out"], id="eval-samples-0"),
+    pytest.param({}, {"eval_beams": 0}, ["--eval-beams 0", "at least 1"], id="eval-beams-0"),
+    pytest.param({}, {"log_steps": 0}, ["--log-steps 0", "at least 1"], id="log-steps-0"),
+    pytest.param({}, {"per_device_batch_size": 0}, ["--per-device-batch-size 0"], id="per-device-batch-size-0"),
+    pytest.param({}, {"max_grad_norm": -1.0}, ["--max-grad-norm -1.0", "0 for no clipping"], id="max-grad-norm"),
+    pytest.param({}, {"threads": -2}, ["--threads -2"], id="threads"),
+]
+# the checkpoints a Trainer run leaves (the newest `average_last` are averaged at the end): only train() averages
+REFUSED_WHEN_AVERAGING = [
+    pytest.param(
+        {"max_steps": 60, "save_steps": 30},  # the demo preset averages 3: the command of issue 23
+        [
+            "--average-last 3",
+            "--max-steps 60 with --save-steps 30 leaves 2 (checkpoint-30, checkpoint-60)",
+            "give --average-last 2, --save-steps 20 or --max-steps 90",
+        ],
+        id="average-last-over-checkpoints",
+    ),  # fmt: skip
+    pytest.param(
+        {"max_steps": 10, "save_steps": 30, "average_last": 2},
+        [
+            "--average-last 2",
+            "--max-steps 10 with --save-steps 30 leaves 1 (checkpoint-10)",
+            "give --average-last 1, --save-steps 5 or --max-steps 60",
+        ],
+        id="save-steps-past-max-steps",
+    ),  # fmt: skip
+]
+REFUSED_IN_THE_LOOP = [
+    pytest.param({"train_samples": 0}, ["--train-samples 0", "or leave the flag out"], id="train-samples-0"),
+    pytest.param({"gradient_accumulation_steps": 0}, ["--gradient-accumulation-steps 0"], id="accumulation-0"),
+    pytest.param({"eval_batch_size": 0}, ["--eval-batch-size 0"], id="eval-batch-size-0"),
+]
+
+
+def assert_refused(call, expected: list[str], output: Path) -> None:
+    """`call()` raises a SettingsError naming every string of `expected`, at once and before writing anything."""
+    start = time.perf_counter()
+    with pytest.raises(SettingsError) as refusal:
+        call()
+    assert time.perf_counter() - start < 5  # nothing loaded, nothing trained
+    for text in expected:
+        assert text in str(refusal.value)
+    assert not output.exists()  # no preset.json, tokenizer or checkpoint
+
+
+@pytest.mark.parametrize("train_function", [train, train_no_trainer])
+@pytest.mark.parametrize(("fields", "options", "expected"), REFUSED_ON_BOTH_PATHS)
+def test_settings_no_run_can_finish_are_refused_before_loading(train_function, fields, options, expected, tmp_path):
+    preset = get_training_preset("demo", **fields)
+    assert_refused(lambda: train_function(preset, tmp_path / "run", **options), expected, tmp_path / "run")
+
+
+@pytest.mark.parametrize(("fields", "expected"), REFUSED_WHEN_AVERAGING)
+def test_averaging_more_checkpoints_than_the_run_leaves_is_refused(fields, expected, tmp_path):
+    preset = get_training_preset("demo", **fields)
+    assert_refused(lambda: train(preset, tmp_path / "run"), expected, tmp_path / "run")
+    # the loop averages nothing: the same settings only keep fewer checkpoints
+    check_settings(preset, tmp_path / "run", resume=True, averages_checkpoints=False)
+
+
+@pytest.mark.parametrize(("options", "expected"), REFUSED_IN_THE_LOOP)
+def test_the_loops_own_options_are_refused_before_loading(options, expected, tmp_path):
+    preset = get_training_preset("demo")
+    assert_refused(lambda: train_no_trainer(preset, tmp_path / "run", **options), expected, tmp_path / "run")
+
+
+def test_every_problem_comes_in_one_message(tmp_path):
+    preset = get_training_preset("demo", max_steps=0, vocab_size=100)
+    expected = ["cannot finish as asked:\n- --max-steps 0", "\n- --vocab-size 100", "\n- --eval-samples 0"]
+    assert_refused(lambda: train(preset, tmp_path / "run", eval_samples=0), expected, tmp_path / "run")
+
+
+def test_settings_at_the_edges_are_accepted(tmp_path):
+    for fields in (
+        {"max_steps": 60, "save_steps": 20, "average_last": 3},  # exactly average_last checkpoints
+        {"max_steps": 50, "save_steps": 20, "average_last": 3},  # the third is the one saved at the last step
+        {"max_steps": 10, "save_steps": 30, "eval_steps": 30, "average_last": 1},  # one checkpoint, at step 10
+        {"max_steps": 10, "warmup_steps": 100, "average_last": 1, "tokens_per_update": 1, "vocab_size": 260},
+        {"max_length": 32, "model_overrides": (("position_encoding", "learned"), ("max_position_embeddings", 32))},
+    ):
+        check_settings(get_training_preset("demo", **fields), tmp_path, resume=True, averages_checkpoints=True)
+    # batches of pairs leave the token budget unused; a fixed accumulation, the token target
+    preset = get_training_preset("demo", max_tokens=0, tokens_per_update=0)
+    check_settings(preset, tmp_path, resume=True, averages_checkpoints=False, per_device_batch_size=8,
+                   gradient_accumulation_steps=2)  # fmt: skip
+    assert trainer_checkpoint_steps(50, 20) == [20, 40, 50] and trainer_checkpoint_steps(60, 20) == [20, 40, 60]
+
+
+def test_a_resumed_run_counts_the_checkpoints_it_already_has(tmp_path):
+    preset = get_training_preset("demo", max_steps=30, save_steps=10, average_last=3)
+    record_run_preset(tmp_path, preset, resume=True)
+    for step in (10, 20):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        for name in RESUME_FILES:
+            (tmp_path / f"checkpoint-{step}" / name).write_text("")
+    check_settings(preset, tmp_path, resume=True, averages_checkpoints=True)  # 10 and 20 kept, 30 written
+    with pytest.raises(SettingsError) as refusal:
+        check_settings(get_training_preset("demo", max_steps=30, save_steps=10, average_last=5), tmp_path,
+                       resume=True, averages_checkpoints=True)  # fmt: skip
+    assert (
+        "--average-last 5 averages the last 5 checkpoints at the end, but --max-steps 30 with --save-steps 10 leaves "
+        f"3 (checkpoint-10, checkpoint-20, checkpoint-30; 2 of them already in {tmp_path}); give --average-last 3, "
+        "--save-steps 3 or --max-steps 50."
+    ) == str(refusal.value)
+    # a finished run started again writes nothing more
+    with pytest.raises(SettingsError, match="leaves 2 \\(checkpoint-10, checkpoint-20; 2 of them"):
+        check_settings(get_training_preset("demo", max_steps=20, save_steps=10, average_last=3), tmp_path,
+                       resume=True, averages_checkpoints=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("train_function", [train, train_no_trainer])
+def test_data_no_batch_can_hold_is_refused_right_after_tokenizing(train_function, tmp_path):
+    options = {"eval_samples": 4, "threads": 1}
+    too_small = get_training_preset("demo", max_tokens=20, vocab_size=300)
+    with pytest.raises(SettingsError, match=r"--max-tokens 20 is smaller than the longest training pair \((\d+) "):
+        train_function(too_small, tmp_path, **options)
+    too_short = get_training_preset("demo", max_length=1, vocab_size=300)
+    with pytest.raises(SettingsError, match=r"--max-length 1 leaves no training pair: 6000 of the 6000 pairs"):
+        train_function(too_short, tmp_path, **options)
+    # nothing trained; the tokenizer stays, and a run with the suggested fix may continue in the folder
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["preset.json", "tokenizer"]
+    check_settings(replace(too_small, max_tokens=3000), tmp_path, resume=True, averages_checkpoints=True)
+
+
+def test_edge_settings_train_and_leave_the_checkpoints_counted(tmp_path):
+    """max_steps not a multiple of save_steps (the Trainer saves the last step too), validation only at the end,
+    warmup past the end, a token budget that no pair fits but that batches of pairs leave unused, and learned
+    positions that end exactly at max_length: all finish."""
+    learned = (("position_encoding", "learned"), ("max_position_embeddings", 24), ("encoder_layers", 1),
+               ("decoder_layers", 1))  # fmt: skip
+    preset = get_training_preset("demo", max_steps=5, save_steps=2, eval_steps=100, average_last=3, warmup_steps=100,
+                                 max_tokens=20, max_length=24, model_overrides=learned)  # fmt: skip
+    run = train(preset, tmp_path, eval_samples=4, per_device_batch_size=4, report_to="none", progress=False, threads=1)
+    assert [int(path.name.split("-")[1]) for path in list_checkpoints(tmp_path)] == trainer_checkpoint_steps(5, 2)
+    assert [entry["step"] for entry in run.log_history if "eval_bleu" in entry] == [5]
+    assert (tmp_path / "final" / "model.safetensors").is_file()

@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import MULTI30K
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -43,11 +42,11 @@ def test_release_folder_is_hub_ready():
         assert f"| {split} | {results[split]['tokenized_bleu']} | {results[split]['sacrebleu']} |" in card.text
 
 
-def test_fifty_test2016_sentences_score_as_the_card_says():
+def test_fifty_test2016_sentences_score_as_the_card_says(multi30k):
     tokenizer = AutoTokenizer.from_pretrained(RELEASE)
     model = AutoModelForSeq2SeqLM.from_pretrained(RELEASE).eval()
-    sources = read_lines(MULTI30K / "test2016.en")[:SMOKE_SENTENCES]
-    references = read_lines(MULTI30K / "test2016.de")[:SMOKE_SENTENCES]
+    sources = read_lines(multi30k / "test2016.en")[:SMOKE_SENTENCES]
+    references = read_lines(multi30k / "test2016.de")[:SMOKE_SENTENCES]
     scores = score_translations(translate(model, tokenizer, sources), references, lowercase=lowercases(tokenizer))
     card = json.loads((RELEASE / "results.json").read_text())["results"][f"test2016[:{SMOKE_SENTENCES}]"]
     assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
@@ -93,14 +92,9 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
     assert validate_folder(release) == []
 
 
-def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, monkeypatch):
+def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path):
     from vanilla_transformer.release import train_command
 
-    # the multi30k preset's corpus, ../shared/data/multi30k, as seen from a checkout wherever this one lies
-    corpus = tmp_path / "shared" / "data" / "multi30k"
-    corpus.mkdir(parents=True)
-    (tmp_path / "checkout").mkdir()
-    monkeypatch.chdir(tmp_path / "checkout")
     demo = get_training_preset("demo").as_dict()
     assert train_command(demo, "out") == "python scripts/train.py --preset demo --output-dir out"
     # a run recorded before the lowercase field existed is the demo preset still
@@ -113,9 +107,6 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
     assert train_command(run, "out") == (
         "python scripts/train.py --preset multi30k --max-steps 9000 --lr-factor 1.0 --dropout 0.25 --output-dir out"
     )
-    # the preset's corpus folder given by another path is the same corpus
-    run["corpus"] = str(corpus)
-    assert "--corpus" not in train_command(run, "out")
     run["corpus"] = str(tmp_path)
     assert f"--corpus {tmp_path}" in train_command(run, "out")
     run["lowercase"] = True
@@ -125,7 +116,22 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path, 
         train_command(run, "out")
 
 
-def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(tmp_path):
+def test_a_run_recorded_with_the_path_of_the_multi30k_files_trained_the_multi30k_preset(multi30k, tmp_path):
+    from vanilla_transformer.release import train_command
+
+    # runs recorded before Multi30k had a name hold the path of its folder (../shared/data/multi30k)
+    run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.25).as_dict())) | {"corpus": str(multi30k)}
+    assert train_command(run, "out").endswith(" --preset multi30k --dropout 0.25 --output-dir out")
+    # a folder of other files under the same name is another corpus
+    other = tmp_path / "multi30k"
+    other.mkdir()
+    for name in ("train.en", "train.de", "valid.en", "valid.de"):
+        (other / name).write_text(read_lines(multi30k / name)[0] + "\n")
+    run["corpus"] = str(other)
+    assert f"--corpus {other}" in train_command(run, "out")
+
+
+def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(multi30k, tmp_path):
     from transformers import GenerationConfig
 
     from vanilla_transformer.evaluation import evaluate_model_on_split
@@ -134,7 +140,7 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(t
     data = tmp_path / "data"
     (data / "tok").mkdir(parents=True)
     for name in ("valid.en", "valid.de", "tok/valid.lc.norm.tok.de"):
-        (data / name).write_text("\n".join(read_lines(MULTI30K / name)[:40]) + "\n")
+        (data / name).write_text("\n".join(read_lines(multi30k / name)[:40]) + "\n")
     folder = tmp_path / "model"
     folder.mkdir()
     for path in RELEASE.iterdir():

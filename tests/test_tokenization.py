@@ -1,5 +1,4 @@
 import pytest
-from conftest import MULTI30K
 from transformers import AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
@@ -15,8 +14,8 @@ ENGLISH_CHINESE = [
 ]
 
 
-def test_round_trip_every_multi30k_training_line(tmp_path):
-    texts = read_lines(MULTI30K / "train.en") + read_lines(MULTI30K / "train.de")
+def test_round_trip_every_multi30k_training_line(multi30k, tmp_path):
+    texts = read_lines(multi30k / "train.en") + read_lines(multi30k / "train.de")
     tokenizer = train_joint_bpe(texts, vocab_size=8000)
     assert len(tokenizer) == 8000
     assert round_trip_failures(tokenizer, texts) == []

@@ -21,6 +21,7 @@ import sacremoses
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 from .data.corpora import read_lines, write_lines
+from .data.multi30k import multi30k_dir
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 LOCAL_METRICS = ("sacrebleu", "chrf")
@@ -169,7 +170,7 @@ def score_files(
 def evaluate_model_on_split(
     model_name_or_path: str,
     split: str,
-    data_dir: str | Path,
+    data_dir: str | Path | None = None,
     source_lang: str = "en",
     target_lang: str = "de",
     batch_size: int = 64,
@@ -181,7 +182,7 @@ def evaluate_model_on_split(
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
     `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1); the length penalty
     α is the model's `generation_config` one unless `length_penalty` is given. A model whose tokenizer lowercases is
-    scored case-insensitively.
+    scored case-insensitively. `data_dir=None` is Multi30k (`multi30k_dir()`: downloaded once, then read locally).
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
     import torch
@@ -190,7 +191,7 @@ def evaluate_model_on_split(
     from .integrity import load_model_and_tokenizer
     from .tokenization import lowercases
 
-    data_dir = Path(data_dir)
+    data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))
     sources = read_lines(data_dir / f"{split}.{source_lang}")
     references_path = data_dir / f"{split}.{target_lang}"
     references = read_lines(references_path)

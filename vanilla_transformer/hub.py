@@ -1,6 +1,6 @@
 """Share a trained model on the Hugging Face Hub: check that a folder is complete before anything is sent, render its
-model card from the template in `model_cards/`, and push it with `huggingface_hub` (to a new or existing repo, a
-branch, or as a pull request).
+model card from the template shipped with the package (`templates/model_card.md`), and push it with `huggingface_hub`
+(to a new or existing repo, a branch, or as a pull request).
 
 A complete folder loads anywhere with `AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)`:
 `model.safetensors` (no pickles), `config.json` whose `auto_map` names the two code files, the code files, tokenizer
@@ -11,6 +11,7 @@ languages, datasets and `model-index` results.
 import ast
 import json
 import zipfile
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -21,7 +22,8 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, Gener
 
 from .checkpoints import list_checkpoints
 
-CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "template.md"
+# package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
+CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
 CODE_FILES = ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py")
 AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
 # names under which PyTorch/NumPy/joblib write pickles; loading one runs arbitrary code, so none may be pushed
@@ -104,7 +106,7 @@ def render_model_card(
     reproduce: list[str] | None = None,
     evaluated_during_training: bool = False,
 ) -> ModelCard:
-    """The model card from `model_cards/template.md`.
+    """The model card from the package's template, `vanilla_transformer/templates/model_card.md`.
 
     `results` maps a split to its scores (`sacrebleu`, `chrf`, optionally `tokenized_bleu` and `signature`); splits
     named with a slice (`test2016[:50]`) stay out of the `model-index`. `training` holds `summary`,
@@ -113,8 +115,9 @@ def render_model_card(
     """
     if not CARD_TEMPLATE.is_file():
         raise FileNotFoundError(
-            f"the card template {CARD_TEMPLATE} is missing; it ships with the source checkout of vanilla_transformer "
-            f"(model_cards/template.md): run from a checkout, or write README.md yourself."
+            f"the card template {CARD_TEMPLATE} is missing: it is package data of vanilla_transformer "
+            f"(vanilla_transformer/templates/model_card.md), left out of this install; reinstall the package, or "
+            f"write README.md yourself."
         )
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
@@ -374,8 +377,8 @@ def _check_card(folder: Path) -> list[str]:
     if not path.is_file():
         return [
             "README.md (the model card) is missing and no training record (results.json, or the run's "
-            "trainer_state.json and preset.json) was found to render one from model_cards/template.md: write one "
-            "or release the run with scripts/release.py."
+            "trainer_state.json and preset.json) was found to render one from the card template: write one or "
+            "release the run with `vanilla-transformer release` (scripts/release.py)."
         ]
     try:
         data = ModelCard.load(path).data
@@ -414,7 +417,9 @@ def validate_folder(folder: str | Path) -> list[str]:
     """Every reason the folder would not make a complete, safe model repo; an empty list when it is ready."""
     folder = Path(folder)
     if not folder.is_dir():
-        return [f"{folder} is not a folder: pass the folder written by save_pretrained or scripts/release.py."]
+        return [
+            f"{folder} is not a folder: pass the folder written by save_pretrained or `vanilla-transformer release`."
+        ]
     problems = [
         f"{path.relative_to(folder)} is a pickle (loading it runs arbitrary code): remove it; the weights belong in "
         f"model.safetensors."

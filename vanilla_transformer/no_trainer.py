@@ -28,6 +28,7 @@ from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
 from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
 from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate, record_run_preset
+from .settings_check import check_settings, check_tokenized
 from .training import build_model, build_tokenizer
 
 LOG_FILE = "train_log.json"
@@ -143,7 +144,26 @@ def train_no_trainer(
     `preset.save_steps` (the newest `preset.average_last` are kept); the final weights go to `output_dir/final`.
     The loss and gradient norm of every update, each evaluation and the last validation translations go to
     `output_dir/train_log.json`.
+
+    Settings that cannot finish are refused before the corpus is loaded or, for those that depend on the data, right
+    after it is tokenized (`settings_check`), as are folders that hold a run with other settings.
     """
+    # before the process group exists: every process refuses the same settings, none waits for another
+    check_settings(
+        preset,
+        output_dir,
+        resume=resume,
+        averages_checkpoints=False,  # the loop keeps its checkpoints and saves its last weights as they are
+        per_device_batch_size=per_device_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        train_samples=train_samples,
+        eval_samples=eval_samples,
+        eval_beams=eval_beams,
+        eval_batch_size=eval_batch_size,
+        log_steps=log_steps,
+        max_grad_norm=max_grad_norm,
+        threads=threads,
+    )
     output = Path(output_dir)
     accelerator = Accelerator(
         # without a GPU, accelerate forms a multi-process (gloo) group only when told it runs on the CPU
@@ -172,6 +192,7 @@ def train_no_trainer(
     train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
     valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
     accelerator.print(f"train: {train_report}\nvalid: {valid_report}")
+    check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
 
     model = build_model(preset, tokenizer)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)

@@ -27,7 +27,10 @@ from .checkpoints import (
     list_checkpoints,
     remove_stale_staging,
 )
+from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .data.batching import TokenBudgetBatchSampler
+from .data.corpora import MULTI30K
+from .data.multi30k import holds_multi30k
 from .integrity import fsync_directory, fsync_tree, write_checksums
 
 logger = logging.getLogger(__name__)
@@ -58,6 +61,16 @@ class TrainingPreset:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def model_config(self, **fields) -> VanillaTransformerConfig:
+        """The model this preset trains: `model_preset` with `model_overrides`, `dropout` when set, and positions for
+        inputs of `max_length` and outputs of up to `max_length` + 64 tokens (validation generates up to
+        `max_length` + 50) unless `model_overrides` sets `max_position_embeddings`; `fields` (the tokenizer's
+        vocabulary size and special-token ids) over all of them."""
+        values = {"max_position_embeddings": max(self.max_length + 64, 256), **dict(self.model_overrides)}
+        if self.dropout is not None:
+            values["dropout"] = self.dropout
+        return VanillaTransformerConfig.from_preset(self.model_preset, **{**values, **fields})
 
 
 TRAINING_PRESETS: dict[str, TrainingPreset] = {
@@ -97,7 +110,7 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # section Results, has the sweep on valid that led here.
     "multi30k": TrainingPreset(
         model_preset="multi30k",
-        corpus="../shared/data/multi30k",
+        corpus=MULTI30K,
         vocab_size=8000,
         max_tokens=8192,
         tokens_per_update=16384,
@@ -173,10 +186,16 @@ def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
 # The fields a resumed run may change: how long it runs and what it keeps, not what its updates so far did (the §5.3
 # rate depends on the step alone, so a longer run continues the same curve).
 RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
+# The fields the tokenizer depends on: all a folder fixes while it holds a tokenizer but no checkpoint yet (a run
+# refused right after tokenizing, or stopped before its first save), since its next start trains from scratch.
+TOKENIZER_FIELDS = ("corpus", "dataset_config", "vocab_size", "lowercase")
 
 
 def same_setting(field: str, value: object, other: object) -> bool:
     """Whether two values of a preset field (as `preset.json` holds them) mean the same thing."""
+    if field == "corpus" and value != other and MULTI30K in (value, other):
+        # a run recorded before Multi30k had a name holds the path of a folder of its files (../shared/data/multi30k)
+        return holds_multi30k(str(other if value == MULTI30K else value))
     if field == "corpus" and value != other and Path(str(value)).is_dir():
         # the same folder written another way (absolute, or relative to another directory)
         return Path(str(other)).is_dir() and Path(str(value)).samefile(str(other))
@@ -194,8 +213,9 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
     """Write `preset` to `output_dir/preset.json`, the record of what the run in that folder trained with.
 
     A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the preset that run
-    recorded, `RESUMABLE_FIELDS` aside, and never restarted: either would leave checkpoints of two runs side by side,
-    averaged together at the end, and a `preset.json` that describes neither. Both raise a `ValueError` that says
+    recorded, `RESUMABLE_FIELDS` aside (before its first checkpoint, only `TOKENIZER_FIELDS` count), and never
+    restarted: either would leave checkpoints of two runs side by side, averaged together at the end, and a
+    `preset.json` that describes neither. Both raise a `ValueError` that says
     what differs, as does a `max_steps` below the newest checkpoint's step. `write=False` checks only (the other
     processes of a distributed run)."""
     output = Path(output_dir)
@@ -217,15 +237,22 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
         )
     if earlier and record.is_file():
         saved = read_run_preset(record)
+        fixed = [field for field in new if field not in RESUMABLE_FIELDS] if checkpoints else TOKENIZER_FIELDS
         changed = [
-            f"{field}: {saved.get(field)!r} -> {value!r}"
-            for field, value in new.items()
-            if field not in RESUMABLE_FIELDS and not same_setting(field, value, saved.get(field))
+            f"{field}: {saved.get(field)!r} -> {new[field]!r}"
+            for field in fixed
+            if not same_setting(field, new[field], saved.get(field))
         ]
         if changed:
+            free = (
+                f"only {', '.join(RESUMABLE_FIELDS)} may change"
+                if checkpoints
+                else f"it has no checkpoint yet: only {', '.join(TOKENIZER_FIELDS)}, which its tokenizer depends on, "
+                "must stay"
+            )
             raise ValueError(
                 f"{output} holds a run trained with other settings ({'; '.join(changed)}). Resume it with the "
-                f"settings in {record} (only {', '.join(RESUMABLE_FIELDS)} may change), or give a new output directory."
+                f"settings in {record} ({free}), or give a new output directory."
             )
     if write:
         output.mkdir(parents=True, exist_ok=True)
@@ -288,7 +315,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     With `push_to_hub=True` and `hub_strategy="end"`, `trainer.push_to_hub(dataset=...)` after training uploads a
     complete repo: weights, config with `auto_map`, the two code files, tokenizer, and the project's model card
-    (`model_cards/template.md`, with the last evaluation's scores), without the pickled `training_args.bin`.
+    (`templates/model_card.md`, with the last evaluation's scores), without the pickled `training_args.bin`.
 
     A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed to `checkpoint-N`, so a
     run killed while saving (out of memory, pre-emption, Ctrl-C) never leaves a half-written `checkpoint-N` for the
@@ -436,7 +463,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         dataset: str | list[str] | None = None,
         dataset_args: str | list[str] | None = None,
     ) -> None:
-        """Write the card `push_to_hub` uploads: `model_cards/template.md` with YAML metadata (license, languages,
+        """Write the card `push_to_hub` uploads: `templates/model_card.md` with YAML metadata (license, languages,
         dataset, `model-index` from the last evaluation) instead of transformers' generic draft. `dataset` names the
         training data (`trainer.push_to_hub(dataset="multi30k")`); `language` is the (source, target) pair,
         `["en", "de"]` by default."""

@@ -10,6 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import checkpoint_step, staged_folder
 from .data.corpora import read_lines
+from .data.multi30k import multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card, training_hyperparameters
 from .recipe import PRESET_FLAGS, TRAINING_PRESETS, same_setting
@@ -47,11 +48,13 @@ def train_command(run_preset: dict, output_dir: str) -> str:
 
 
 def tune_length_penalty(
-    folder: str | Path, data_dir: str | Path, alphas: list[float], split: str = "valid", batch_size: int = 100
+    folder: str | Path, data_dir: str | Path | None, alphas: list[float], split: str = "valid", batch_size: int = 100
 ) -> dict[float, float]:
     """BLEU on `split` for each length penalty α, the folder's other decoding settings kept: the paper chose its
     α = 0.6 "after experimentation on the development set" (§6.1), and a release on other data may do the same. The
-    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU otherwise."""
+    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU otherwise.
+    `data_dir=None` is Multi30k (`multi30k_dir()`)."""
+    data_dir = multi30k_dir(data_dir)
     scores = {}
     for alpha in alphas:
         result = evaluate_model_on_split(str(folder), split, data_dir, batch_size=batch_size, length_penalty=alpha)
@@ -66,9 +69,11 @@ def set_length_penalty(folder: str | Path, alpha: float) -> None:
     generation.save_pretrained(folder)
 
 
-def adopt_best_length_penalty(folder: str | Path, data_dir: str | Path, alphas: list[float]) -> dict[float, float]:
-    """Tune α on valid (`tune_length_penalty`) and make the best one the folder's default; on a tie the α listed
-    first wins. Returns every α's score, for the card."""
+def adopt_best_length_penalty(
+    folder: str | Path, data_dir: str | Path | None, alphas: list[float]
+) -> dict[float, float]:
+    """Tune α on valid (`tune_length_penalty`; `data_dir=None` is Multi30k) and make the best one the folder's
+    default; on a tie the α listed first wins. Returns every α's score, for the card."""
     on_valid = tune_length_penalty(folder, data_dir, alphas)
     best = max(on_valid, key=on_valid.get)
     set_length_penalty(folder, best)
@@ -125,9 +130,12 @@ def training_summary(
     }
 
 
-def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str, ...], batch_size: int = 100) -> dict:
+def evaluate_release(
+    folder: str | Path, data_dir: str | Path | None, splits: tuple[str, ...], batch_size: int = 100
+) -> dict:
     """Scores of the folder on each split (paper decoding), plus those of the first `SMOKE_SENTENCES` translations of
-    the first split."""
+    the first split. `data_dir=None` is Multi30k (`multi30k_dir()`)."""
+    data_dir = multi30k_dir(data_dir)
     first = splits[0]
     with tempfile.TemporaryDirectory() as scratch:
         results = {
@@ -137,7 +145,7 @@ def evaluate_release(folder: str | Path, data_dir: str | Path, splits: tuple[str
             for split in splits
         }
         hypotheses = read_lines(Path(scratch) / f"{first}.hyp")[:SMOKE_SENTENCES]
-    references = read_lines(Path(data_dir) / f"{first}.de")[:SMOKE_SENTENCES]
+    references = read_lines(data_dir / f"{first}.de")[:SMOKE_SENTENCES]
     lowercase = lowercases(AutoTokenizer.from_pretrained(folder))
     results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(hypotheses, references, lowercase=lowercase)
     return results
@@ -159,7 +167,7 @@ def write_release(
     run_preset: dict,
     release_flags: str = "",
 ) -> Path:
-    """Copy the model folder, write `results.json` and the card (`model_cards/template.md`, with the commands that
+    """Copy the model folder, write `results.json` and the card (`templates/model_card.md`, with the commands that
     reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
     `scripts/release.py` it used); the folder replaces `release_dir` only whole."""
     release = Path(release_dir)

@@ -9,7 +9,6 @@ from accelerate import PartialState
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint, staged_folder
-from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
@@ -21,6 +20,7 @@ from .recipe import (
     peak_learning_rate,
     record_run_preset,
 )
+from .settings_check import check_settings, check_tokenized
 from .tokenization import save_tokenizer, train_joint_bpe
 
 
@@ -48,19 +48,14 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
 
 
 def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    """The preset's architecture with the tokenizer's vocabulary size and special-token ids."""
-    overrides = dict(preset.model_overrides)
-    if preset.dropout is not None:
-        overrides["dropout"] = preset.dropout
-    config = VanillaTransformerConfig.from_preset(
-        preset.model_preset,
+    """The preset's architecture (`TrainingPreset.model_config`) with the tokenizer's vocabulary size and
+    special-token ids."""
+    config = preset.model_config(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
-        max_position_embeddings=max(preset.max_length + 64, 256),
-        **overrides,
     )
     return VanillaTransformerForConditionalGeneration(config)
 
@@ -85,7 +80,9 @@ def train(
 ) -> TrainingRun:
     """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
     its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
-    A folder that holds a run trained with other settings is refused (`recipe.record_run_preset`).
+    A folder that holds a run trained with other settings is refused (`recipe.record_run_preset`), and so are
+    settings that cannot finish, before the corpus is loaded or, for those that depend on the data, right after it is
+    tokenized (`settings_check`): averaging more checkpoints than the run leaves, a pair that fits no batch, and more.
 
     Validation during training decodes with `eval_beams` beams (greedy by default: the paper's beam 4 is for the
     final model), on the first `eval_samples` valid pairs if given.
@@ -95,6 +92,19 @@ def train(
     `per_device_batch_size` replaces the token batches by batches of that many pairs (the Trainer's own sampler);
     `max_grad_norm=0` clips nothing, as the paper; `bf16`/`fp16` train in mixed precision.
     """
+    # before the process group exists: every process refuses the same settings, none waits for another
+    check_settings(
+        preset,
+        output_dir,
+        resume=resume,
+        averages_checkpoints=True,
+        per_device_batch_size=per_device_batch_size,
+        eval_samples=eval_samples,
+        eval_beams=eval_beams,
+        log_steps=log_steps,
+        max_grad_norm=max_grad_norm,
+        threads=threads,
+    )
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if threads:
@@ -115,15 +125,22 @@ def train(
     train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
     valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
     print(f"train: {train_report}\nvalid: {valid_report}")
+    check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
 
     model = build_model(preset, tokenizer)
     parameters = sum(p.numel() for p in model.parameters())
     tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
     # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
-    sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
-    tokens_per_batch = sampler.tokens_per_batch()
-    if per_device_batch_size:
+    if per_device_batch_size:  # the Trainer's batches of pairs: max_tokens plays no part
         tokens_per_batch = per_device_batch_size * tokens / len(train_set)
+        batches = f"batches of {per_device_batch_size} pairs"
+    else:
+        sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
+        tokens_per_batch = sampler.tokens_per_batch()
+        batches = (
+            f"{len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on average, "
+            f"padding {sampler.padding_share():.1%})"
+        )
     # each of the processes contributes its batches to an update
     accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * world_size)
     args = Seq2SeqTrainingArguments(
@@ -172,10 +189,8 @@ def train(
         batching_seed=seed,
     )
     print(
-        f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {len(sampler)} batches of "
-        f"≤{preset.max_tokens} padded tokens ({sampler.tokens_per_batch():.0f} real on average, padding "
-        f"{sampler.padding_share():.1%}); {accumulation} batch(es) per update; peak learning rate "
-        f"{args.learning_rate:.2e} at step {preset.warmup_steps}"
+        f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {batches}; {accumulation} "
+        f"batch(es) per update; peak learning rate {args.learning_rate:.2e} at step {preset.warmup_steps}"
     )
 
     # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N

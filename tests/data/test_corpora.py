@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MULTI30K
+from datasets import Dataset
 
 from vanilla_transformer.data.corpora import (
     BUILTIN_SPLITS,
@@ -19,12 +19,12 @@ def write(path: Path, text: str | bytes) -> Path:
     return path
 
 
-def test_multi30k_files_load_aligned():
-    valid = load_text_files(MULTI30K, "valid", "en", "de")
+def test_multi30k_files_load_aligned(multi30k):
+    valid = load_text_files(multi30k, "valid", "en", "de")
     assert len(valid) == 1014
     first = valid[0]["translation"]
-    assert first["en"] == read_lines(MULTI30K / "valid.en")[0]
-    assert first["de"] == read_lines(MULTI30K / "valid.de")[0]
+    assert first["en"] == read_lines(multi30k / "valid.en")[0]
+    assert first["de"] == read_lines(multi30k / "valid.de")[0]
 
 
 def test_different_line_counts_name_both_files_and_counts(tmp_path):
@@ -79,3 +79,35 @@ def test_datasets_builder_without_language_columns_says_so(tmp_path):
     path = write(tmp_path / "train.jsonl", json.dumps({"source": "A", "target": "B"}) + "\n")
     with pytest.raises(ValueError, match="neither a 'translation' column nor one column per language"):
         load_corpus("json", "train", data_files={"train": str(path)})
+
+
+def test_a_local_dataset_folder_is_loaded_by_datasets_and_its_validation_split_found(tmp_path):
+    # a local copy of a Hub dataset (parquet files named by split), not a folder of {split}.{lang} text files
+    rows = {"train": [{"en": "A dog.", "de": "Ein Hund."}], "validation": [{"en": "A cat.", "de": "Eine Katze."}]}
+    for split, pairs in rows.items():
+        Dataset.from_list([{"translation": pair} for pair in pairs]).to_parquet(tmp_path / f"{split}.parquet")
+    assert load_corpus(str(tmp_path), "valid")["translation"] == rows["validation"]
+    assert load_corpus(str(tmp_path), "train[:1]")["translation"] == rows["train"]
+    with pytest.raises(ValueError, match="has no split 'test2016'; its splits are train, validation"):
+        load_corpus(str(tmp_path), "test2016")
+
+
+def test_a_datasets_builder_split_is_found_by_its_other_name(tmp_path):
+    path = write(tmp_path / "dev.jsonl", json.dumps({"en": "A dog.", "de": "Ein Hund."}) + "\n")
+    corpus = load_corpus("json", "validation", data_files={"train": str(path), "dev": str(path)})
+    assert corpus["translation"] == [{"en": "A dog.", "de": "Ein Hund."}]
+
+
+def test_a_text_folder_split_is_found_by_its_other_name_and_a_missing_one_listed(tmp_path):
+    write(tmp_path / "val.en", "A dog.\n")
+    write(tmp_path / "val.de", "Ein Hund.\n")
+    assert load_corpus(str(tmp_path), "validation")["translation"] == [{"en": "A dog.", "de": "Ein Hund."}]
+    with pytest.raises(ValueError, match="has no split 'train'; its splits are val"):
+        load_corpus(str(tmp_path), "train")
+
+
+def test_multi30k_by_name_reads_the_folder_multi30k_dir_finds(tmp_path, monkeypatch):
+    write(tmp_path / "valid.en", "A dog.\n")
+    write(tmp_path / "valid.de", "Ein Hund.\n")
+    monkeypatch.setenv("VANILLA_TRANSFORMER_MULTI30K", str(tmp_path))
+    assert load_corpus("multi30k", "valid")["translation"] == [{"en": "A dog.", "de": "Ein Hund."}]

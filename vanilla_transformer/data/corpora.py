@@ -1,8 +1,9 @@
 """Parallel corpora as `datasets.Dataset`s with one `translation` column (`{"en": ..., "de": ...}`), the layout of
 transformers' translation examples and of `wmt14` on the Hub.
 
-Three sources: line-aligned text files `{split}.{lang}` (the layout of Multi30k), any `datasets` dataset by name,
-and the built-in English→German grammar corpus (`grammar.py`), the offline default.
+Four sources: Multi30k by name (`multi30k.py` downloads it once), line-aligned text files `{split}.{lang}` (the layout
+of Multi30k), any `datasets` dataset by name or local folder, and the built-in English→German grammar corpus
+(`grammar.py`), the offline default.
 """
 
 import sys
@@ -10,11 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from datasets import Dataset, load_dataset
+from datasets import Dataset, get_dataset_split_names, load_dataset
 
 from .grammar import grammar_pairs
+from .multi30k import multi30k_dir
 
 BUILTIN = "builtin"
+MULTI30K = "multi30k"
+# names that corpora give their validation split: the one a corpus has is used whichever of them is asked for
+VALIDATION_NAMES = ("valid", "validation", "val", "dev")
 # The built-in corpus: one draw of distinct pairs, cut into fixed splits so that held-out pairs never occur in train.
 BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800)}
 
@@ -97,18 +102,33 @@ def load_corpus(
     translation_column: str = "translation",
     data_files: str | list[str] | dict | None = None,
 ) -> Dataset:
-    """One split of a parallel corpus from `"builtin"`, a folder of `{split}.{lang}` files, or a `datasets` name
-    (e.g. `"wmt14"` with `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages;
-    or a builder such as `"json"` with `data_files`)."""
+    """One split of a parallel corpus from `"builtin"`; `"multi30k"` (the official files, `multi30k.multi30k_dir`:
+    downloaded once, or the folder `$VANILLA_TRANSFORMER_MULTI30K`; a folder of that name is `./multi30k`); a folder
+    of `{split}.{lang}` files; or a `datasets` name or local dataset folder (e.g. `"wmt14"` with
+    `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages; or a builder such as
+    `"json"` with `data_files`).
+
+    The split is looked up among those the corpus has: a validation split is found by any of `VALIDATION_NAMES`
+    (`"valid"` loads a dataset's `validation`), and a split it lacks raises an error listing the ones it has."""
     if source == BUILTIN:
         if (source_lang, target_lang) != ("en", "de"):
             raise ValueError(f"the built-in corpus is en→de, not {source_lang}→{target_lang}.")
         return load_builtin(split)
-    if Path(source).is_dir():
-        return load_text_files(source, split, source_lang, target_lang)
+    if source == MULTI30K:
+        source = str(multi30k_dir(languages=(source_lang, target_lang)))
+    folder = Path(source)
+    text_splits = sorted(path.stem for path in folder.glob(f"*.{source_lang}")) if folder.is_dir() else []
+    if text_splits:
+        return load_text_files(folder, find_split(split, text_splits, source), source_lang, target_lang)
+    name, bracket, rows = split.partition("[")  # keep a slice such as train[:1000] for `datasets`
+    available = get_dataset_split_names(source, dataset_config, data_files=data_files)
+    split = find_split(name, available, source) + bracket + rows
     dataset = load_dataset(source, dataset_config, split=split, data_files=data_files)
     if translation_column in dataset.column_names:
-        return dataset.select_columns([translation_column]).rename_column(translation_column, "translation")
+        dataset = dataset.select_columns([translation_column])
+        if translation_column != "translation":  # `datasets` refuses to rename a column to its own name (wmt14's)
+            dataset = dataset.rename_column(translation_column, "translation")
+        return dataset
     if {source_lang, target_lang} <= set(dataset.column_names):
         return dataset.map(
             lambda row: {"translation": {source_lang: row[source_lang], target_lang: row[target_lang]}},
@@ -118,6 +138,18 @@ def load_corpus(
         f"{source} has columns {dataset.column_names}: neither a {translation_column!r} column nor one column per "
         f"language ({source_lang!r}, {target_lang!r}); pass --translation-column."
     )
+
+
+def find_split(split: str, available: list[str], source: str) -> str:
+    """`split` if the corpus `source` has it, else the validation split it has when `split` is one of
+    `VALIDATION_NAMES`; an error listing `available` otherwise."""
+    if split in available:
+        return split
+    if split in VALIDATION_NAMES:
+        for name in VALIDATION_NAMES:
+            if name in available:
+                return name
+    raise ValueError(f"{source} has no split {split!r}; its splits are {', '.join(available)}.")
 
 
 @dataclass

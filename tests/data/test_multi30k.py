@@ -1,0 +1,210 @@
+"""Multi30k by name (`vanilla_transformer.data.multi30k`): found where it is, else downloaded once over real HTTP
+(a loopback server with the official repository's layout and small stand-in files), checked, and stored whole or
+not at all."""
+
+import gzip
+import hashlib
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+
+from vanilla_transformer.data import multi30k as module
+from vanilla_transformer.data.corpora import load_corpus
+from vanilla_transformer.data.multi30k import (
+    COMMIT,
+    GUNZIPPED,
+    SERVED,
+    Multi30kUnavailable,
+    holds_multi30k,
+    local_name,
+    multi30k_dir,
+)
+
+# stand-ins for the repository's files under data/task1/: two splits of each kind, English and German
+FAKE = {
+    "raw/train.en.gz": gzip.compress(b"A dog runs.\nTwo men talk.\n", mtime=0),
+    "raw/train.de.gz": gzip.compress("Ein Hund läuft.\nZwei Männer reden.\n".encode(), mtime=0),
+    "raw/val.en.gz": gzip.compress(b"A cat sleeps.\n", mtime=0),
+    "raw/val.de.gz": gzip.compress(b"Eine Katze schl\xc3\xa4ft.\n", mtime=0),
+    "tok/train.lc.norm.tok.en": b"a dog runs .\ntwo men talk .\n",
+    "tok/train.lc.norm.tok.de": "ein hund läuft .\nzwei männer reden .\n".encode(),
+    "tok/val.lc.norm.tok.en": b"a cat sleeps .\n",
+    "tok/val.lc.norm.tok.de": "eine katze schläft .\n".encode(),
+}
+LAYOUT = sorted(
+    ["train.en", "train.de", "valid.en", "valid.de"]
+    + [f"tok/{split}.lc.norm.tok.{lang}" for split in ("train", "valid") for lang in ("en", "de")]
+)
+
+
+class Repository(http.server.ThreadingHTTPServer):
+    """raw.githubusercontent.com on 127.0.0.1: `files` at /<commit>/data/task1/<path>, a 404 for anything else;
+    `cut_short` names files whose connection closes halfway; `requests` counts what was asked."""
+
+    def __init__(self) -> None:
+        self.files = {f"/{COMMIT}/data/task1/{path}": data for path, data in FAKE.items()}
+        self.cut_short: set[str] = set()
+        self.requests: list[str] = []
+        super().__init__(("127.0.0.1", 0), RepositoryHandler)
+        self.url = f"http://127.0.0.1:{self.server_port}"
+
+
+class RepositoryHandler(http.server.BaseHTTPRequestHandler):
+    server: Repository
+
+    def do_GET(self) -> None:
+        self.server.requests.append(self.path)
+        if self.path not in self.server.files:
+            self.send_error(404)
+            return
+        body = self.server.files[self.path]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        # HTTP/1.0: the connection closes after this, before the announced length when cut short
+        self.wfile.write(body[: len(body) // 2] if self.path in self.server.cut_short else body)
+
+    def log_message(self, *args) -> None:  # keep the test output quiet
+        pass
+
+
+@pytest.fixture
+def repository():
+    server = Repository()
+    # a short poll interval: shutdown() waits for the loop's next look, 0.5 s by default
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache, no Multi30k folder named by the environment, and the module checking the stand-in files."""
+    monkeypatch.setenv("VANILLA_TRANSFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("VANILLA_TRANSFORMER_MULTI30K", raising=False)
+    monkeypatch.delenv("VANILLA_TRANSFORMER_MULTI30K_URL", raising=False)
+    monkeypatch.setattr(module, "SERVED", {path: (len(data), sha256(data)) for path, data in FAKE.items()})
+    return tmp_path / "cache"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
+def test_the_first_call_downloads_into_the_cache_in_the_folder_layout_and_later_calls_reuse_it(repository, cache):
+    folder = multi30k_dir(base_url=repository.url)
+    assert folder == cache / f"multi30k-{COMMIT[:8]}" and list(cache.iterdir()) == [folder]
+    assert files_in(folder) == LAYOUT
+    assert (folder / "valid.de").read_text() == "Eine Katze schläft.\n"  # gunzipped
+    assert (folder / "tok" / "train.lc.norm.tok.en").read_bytes() == FAKE["tok/train.lc.norm.tok.en"]
+    assert len(repository.requests) == len(FAKE)
+    assert multi30k_dir(base_url=repository.url) == multi30k_dir(download=False) == folder
+    assert len(repository.requests) == len(FAKE)
+
+
+def test_multi30k_by_name_downloads_from_the_url_the_environment_gives(repository, cache, monkeypatch):
+    monkeypatch.setenv("VANILLA_TRANSFORMER_MULTI30K_URL", repository.url + "/")
+    assert load_corpus("multi30k", "train")["translation"] == [
+        {"en": "A dog runs.", "de": "Ein Hund läuft."},
+        {"en": "Two men talk.", "de": "Zwei Männer reden."},
+    ]
+    assert files_in(cache / f"multi30k-{COMMIT[:8]}") == LAYOUT
+
+
+@pytest.mark.parametrize(
+    "fault, got",
+    [
+        ("cut short", "got IncompleteRead"),
+        ("corrupted", f"got {len(FAKE['raw/val.de.gz'])} bytes with sha256 "),
+        ("missing", "got HTTP 404"),
+    ],
+    ids=["cut short", "corrupted", "missing"],
+)
+def test_a_failed_download_names_the_file_and_url_and_leaves_nothing_in_the_cache(repository, cache, fault, got):
+    path = "raw/val.de.gz"  # the fourth file: the three before it arrive whole
+    url_path = f"/{COMMIT}/data/task1/{path}"
+    if fault == "cut short":
+        repository.cut_short.add(url_path)
+    elif fault == "corrupted":
+        repository.files[url_path] = bytes(reversed(FAKE[path]))
+    else:
+        del repository.files[url_path]
+    with pytest.raises(Multi30kUnavailable) as error:
+        multi30k_dir(base_url=repository.url)
+    message = str(error.value)
+    assert f"Multi30k's {path} from {repository.url}{url_path} failed" in message
+    assert f"expected {len(FAKE[path])} bytes with sha256 {sha256(FAKE[path])}, {got}" in message
+    assert f"into {cache / f'multi30k-{COMMIT[:8]}'} by hand" in message and "VANILLA_TRANSFORMER_MULTI30K" in message
+    assert list(cache.iterdir()) == []
+    # the next try starts afresh
+    repository.cut_short.clear()
+    repository.files[url_path] = FAKE[path]
+    assert files_in(multi30k_dir(base_url=repository.url)) == LAYOUT
+
+
+def test_without_download_an_empty_cache_says_how_to_get_the_files(cache):
+    with pytest.raises(Multi30kUnavailable) as error:
+        multi30k_dir(download=False)
+    message = str(error.value)
+    assert "8 files missing" in message and "(download=False)" in message
+    assert "vanilla-transformer download-multi30k" in message and "set VANILLA_TRANSFORMER_MULTI30K" in message
+    assert "val as valid, test_2016_flickr as test2016" in message
+    with pytest.raises(ValueError, match="Multi30k has no xx files"):
+        multi30k_dir(download=False, languages=("en", "xx"))
+
+
+@pytest.mark.parametrize("variable", ["HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"])
+def test_offline_mode_keeps_off_the_official_url_but_not_a_given_one(repository, cache, monkeypatch, variable):
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(Multi30kUnavailable, match=f"{variable} is set, so nothing is downloaded"):
+        multi30k_dir()
+    assert files_in(multi30k_dir(base_url=repository.url)) == LAYOUT
+
+
+def test_a_folder_given_or_named_by_the_environment_wins_over_the_cache(repository, cache, tmp_path, monkeypatch):
+    multi30k_dir(base_url=repository.url)
+    mine, given = tmp_path / "mine", tmp_path / "given"
+    for folder in (mine, given):
+        folder.mkdir()
+        (folder / "test2016.en").write_text("A dog.\n")
+        (folder / "test2016.de").write_text("Ein Hund.\n")
+    monkeypatch.setenv("VANILLA_TRANSFORMER_MULTI30K", str(mine))
+    assert multi30k_dir() == mine and multi30k_dir(given) == given
+    (mine / "test2016.de").unlink()
+    with pytest.raises(FileNotFoundError, match=f"VANILLA_TRANSFORMER_MULTI30K={mine} holds no {{split}}.de files"):
+        multi30k_dir()
+    with pytest.raises(FileNotFoundError, match=f"data_dir={tmp_path / 'nowhere'} is not a folder"):
+        multi30k_dir(tmp_path / "nowhere")
+    assert len(repository.requests) == len(FAKE)
+
+
+def test_the_pinned_table_covers_every_split_and_language_once():
+    assert {local_name(path) for path in SERVED if path.startswith("raw/")} == set(GUNZIPPED)
+    splits = {name.split(".")[0] for name in GUNZIPPED}
+    assert splits == {"train", "valid", "test2016", "test2017", "test2018", "mscoco2017"}
+    for lang in ("en", "de", "fr"):
+        assert {f"{split}.{lang}" for split in splits} <= set(GUNZIPPED)
+        assert {f"tok/{split}.lc.norm.tok.{lang}" for split in splits} <= {local_name(path) for path in SERVED}
+
+
+def test_the_pinned_sums_are_those_of_the_official_files(multi30k):
+    """The files of a Multi30k folder have the sums pinned for the download (gunzipped, for the raw files)."""
+    checked = []
+    for path, (_, served_sha256) in SERVED.items():
+        name = local_name(path)
+        if (multi30k / name).is_file():
+            expected = GUNZIPPED[name] if path.startswith("raw/") else served_sha256
+            assert sha256((multi30k / name).read_bytes()) == expected, name
+            checked.append(name)
+    assert len(checked) >= 16  # train, valid, test2016 and test2017, en and de, raw and tokenized
+    assert holds_multi30k(multi30k)

@@ -1,0 +1,191 @@
+"""The `vanilla-transformer` command line (`vanilla_transformer/cli.py`, one module per subcommand in
+`vanilla_transformer/commands/`), the `scripts/*.py` that run the same commands from a checkout, and the package as a
+wheel: built, installed into a fresh virtualenv and run from another folder, where the model card template can only
+come from the package data."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import HUB_USER, tiny_model
+
+from vanilla_transformer.cli import COMMANDS, build_parser, main
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.decoding import translate
+from vanilla_transformer.integrity import load_model_and_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+# scripts/<file>.py → the subcommand it runs (the scripts keep the names the README has always used)
+SCRIPTS = {
+    "quickstart": "demo",
+    "train": "train",
+    "train_no_trainer": "train-no-trainer",
+    "train_tokenizer": "train-tokenizer",
+    "translate": "translate",
+    "evaluate_bleu": "evaluate",
+    "average_checkpoints": "average",
+    "release": "release",
+    "push_to_hub": "push",
+    "plot_attention": "plot-attention",
+    "benchmark": "benchmark",
+}
+RESULTS = {  # a release record (what `vanilla-transformer release` writes to results.json), for the card
+    "results": {"test2016": {"sacrebleu": 12.3, "chrf": 45.6, "tokenized_bleu": 13.4, "signature": "nrefs:1|tok:13a"}},
+    "training": {"summary": "an untrained 2+2-layer model for the wheel test", "hyperparameters": {"d_model": 32}},
+}
+
+
+def help_text(argv: list[str], run, capsys) -> str:
+    """What `run(argv)` prints for --help; argparse exits with status 0 after printing it."""
+    with pytest.raises(SystemExit) as exited:
+        run(argv)
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def options_section(text: str) -> str:
+    return text[text.index("\noptions:") :]
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory, builtin_tokenizer) -> Path:
+    """A saved tiny model with the built-in corpus's tokenizer and a release record, but no card."""
+    folder = tmp_path_factory.mktemp("cli") / "tiny-en-de"
+    tiny_model(vocab_size=len(builtin_tokenizer)).save_pretrained(folder)
+    builtin_tokenizer.save_pretrained(folder)
+    (folder / "results.json").write_text(json.dumps(RESULTS))
+    return folder
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_prints_its_help(command, capsys):
+    assert f"usage: vanilla-transformer {command} [-h]" in help_text([command, "--help"], main, capsys)
+
+
+def test_the_command_list_names_every_command(capsys):
+    text = help_text(["--help"], main, capsys)
+    assert all(f"\n    {command}" in text for command in COMMANDS)
+    with pytest.raises(SystemExit) as exited:
+        main([])
+    assert exited.value.code == 2 and "required: COMMAND" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_each_script_takes_the_flags_of_its_command(script, capsys):
+    spec = importlib.util.spec_from_file_location(f"{script}_script", ROOT / "scripts" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    script_help = help_text(["--help"], module.main, capsys)
+    command_help = help_text([SCRIPTS[script], "--help"], main, capsys)
+    assert options_section(script_help) == options_section(command_help)
+
+
+def test_arguments_that_do_not_go_together_print_the_usage(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["evaluate", "--model", "some/model"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "usage: vanilla-transformer evaluate" in error and error.endswith("error: --model needs --split\n")
+
+
+def test_evaluate_and_release_leave_the_data_folder_to_the_data_stage():
+    for argv in (["evaluate", "--model", "m", "--split", "valid"], ["release", "--run-dir", "r", "--output-dir", "o"]):
+        assert build_parser().parse_args(argv).data_dir is None
+
+
+def test_python_m_translates_stdin_as_the_library_does(model_folder):
+    sources = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
+    lines = [sources[0], "", *sources[1:]]
+    done = subprocess.run(
+        [sys.executable, "-m", "vanilla_transformer", "translate", "--model", str(model_folder), "--device", "cpu"],
+        input="".join(f"{line}\n" for line in lines),
+        env=dict(os.environ, OMP_NUM_THREADS="1"),  # the threads of this process (conftest), for equal float sums
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    model, tokenizer = load_model_and_tokenizer(model_folder)
+    assert done.stdout.split("\n") == [*translate(model, tokenizer, lines), ""]
+    assert f"translate: translated {len(lines)} lines in" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A fresh virtualenv with the wheel of this checkout installed, seeing this environment's dependencies but not
+    the checkout; returns its bin/ folder.
+
+    The dependencies come through a .pth line naming this environment's site-packages: Python adds such a folder to
+    sys.path without processing the .pth files inside it, so the editable install's import hook (itself a .pth file
+    there) stays out, and `vanilla_transformer` can only be the wheel's copy."""
+    work = tmp_path_factory.mktemp("wheel")
+    # build from a copy: pip builds in place, and build/ or an egg-info in the checkout would race other runs
+    source = work / "source"
+    shutil.copytree(
+        ROOT / "vanilla_transformer", source / "vanilla_transformer", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    # offline with this environment's setuptools where it has one (pyproject's build-system), else from the index
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", *isolation, "-q", "-w", str(work / "dist"), str(source)], check=True)
+    (wheel,) = (work / "dist").glob("vanilla_transformer-*.whl")
+
+    venv = work / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
+    site_packages = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = dict.fromkeys(sysconfig.get_path(kind) for kind in ("purelib", "platlib"))
+    (Path(site_packages) / "test-environment-dependencies.pth").write_text("".join(f"{path}\n" for path in ours))
+    return venv / "bin"
+
+
+def run_installed(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    # the Hub variables conftest set (HF_ENDPOINT: its stand-in server on 127.0.0.1, HF_TOKEN, HF_HOME) go along
+    done = subprocess.run(
+        argv, cwd=cwd, env=dict(env, PYTHONNOUSERSITE="1"), capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_wheel_installed_elsewhere_runs_and_renders_cards(installed, model_folder, tmp_path):
+    bin_dir = installed
+    elsewhere = tmp_path / "elsewhere"  # no vanilla_transformer/ and no model_cards/ here or above
+    elsewhere.mkdir()
+    where = run_installed(
+        [str(bin_dir / "python"), "-c", "import json, sys, vanilla_transformer, vanilla_transformer.hub as hub; "
+         "print(json.dumps([vanilla_transformer.__file__, str(hub.CARD_TEMPLATE), sorted(sys.modules)]))"],
+        elsewhere,
+    )  # fmt: skip
+    package, template, modules = json.loads(where.stdout)
+    venv = bin_dir.parent
+    assert Path(package).is_relative_to(venv) and Path(template).is_relative_to(venv)
+    assert not [name for name in modules if name.startswith("__editable__")]
+
+    command_help = run_installed([str(bin_dir / "vanilla-transformer"), "--help"], elsewhere).stdout
+    module_help = run_installed([str(bin_dir / "python"), "-m", "vanilla_transformer", "--help"], elsewhere).stdout
+    assert command_help == module_help and all(f"\n    {command}" in command_help for command in COMMANDS)
+
+    # a folder without a card: `push` renders one from the package's template, then checks and uploads the folder
+    folder = shutil.copytree(model_folder, tmp_path / "tiny-en-de")
+    repo_id = f"{HUB_USER}/wheel-install"
+    pushed = run_installed([str(bin_dir / "vanilla-transformer"), "push", str(folder), "--repo-id", repo_id], elsewhere)
+    assert f"pushed {folder} to {repo_id}: commit " in pushed.stdout
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\n") and "model-index:" in card and "license: apache-2.0" in card
+    assert "# wheel-install" in card and "| test2016 | 13.4 | 12.3 | 45.6 |" in card
+    assert "an untrained 2+2-layer model for the wheel test" in card

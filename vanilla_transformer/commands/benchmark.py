@@ -1,0 +1,54 @@
+"""Speed and memory beside MarianMTModel and torch.nn.Transformer.
+
+Training and generation speed and peak training memory of this model, MarianMTModel (identical dimensions) and
+torch.nn.Transformer; `vanilla_transformer/benchmark.py` says what is counted.
+
+    vanilla-transformer benchmark                          # the paper's base model, 8k vocabulary, this CPU
+    vanilla-transformer benchmark --device cuda --dtype bfloat16
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, the workloads, and where the report goes."""
+    from ..benchmark import MODELS, Workloads
+
+    parser.add_argument("--preset", default="base", help="model preset: base, big or multi30k")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {MODELS}")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per workload and model (median)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--attn-implementation", default="sdpa", choices=["eager", "sdpa", "flash_attention_2"])
+    parser.add_argument("--train-batch-size", type=int, default=Workloads.train_batch_size)
+    parser.add_argument("--new-tokens", type=int, default=Workloads.new_tokens)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
+    parser.add_argument("--output", default="benchmark.json", help="where the JSON report goes")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run the benchmark, write the JSON report and print its table."""
+    import torch
+
+    from ..benchmark import Workloads, format_table, run_benchmark, vanilla_config
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = tuple(name.strip() for name in args.models.split(","))
+    report = run_benchmark(
+        vanilla_config(args.preset, args.vocab_size),
+        Workloads(train_batch_size=args.train_batch_size, new_tokens=args.new_tokens),
+        models=models,
+        repeats=args.repeats,
+        device=args.device,
+        dtype=getattr(torch, args.dtype),
+        attn_implementation=args.attn_implementation,
+        memory=not args.no_memory,
+    )
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    print(format_table(report))
+    print(f"report written to {args.output}")

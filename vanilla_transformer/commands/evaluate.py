@@ -1,0 +1,63 @@
+"""Score translations, or a model's translations of a split: sacreBLEU, chrF, tokenized BLEU as JSON.
+
+sacreBLEU and chrF are computed on the raw references and, where the official lowercased Moses-tokenized reference
+exists, BLEU on it as the Multi30k literature reports it. The scores and their signatures are printed as JSON.
+
+Scoring a file of translations:
+    vanilla-transformer evaluate --hypotheses hyp.de --references test2016.de \\
+        [--tokenized-references REF.tok] [--lang de] [--lowercase]
+or translating a split with a saved model first:
+    vanilla-transformer evaluate --model FOLDER_OR_HUB_ID --split test2016 [--data-dir DIR]
+        [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]
+"""
+
+import argparse
+import json
+
+from . import DATA_DIR_HELP, UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Either a hypotheses file with its references, or a model with a split to translate."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hypotheses", help="translations to score, one per line")
+    source.add_argument("--model", help="a saved model folder or Hub id whose translations of --split are scored")
+    parser.add_argument("--references", help="with --hypotheses: the raw (detokenized, cased) references")
+    parser.add_argument("--tokenized-references", help="with --hypotheses: lowercased Moses-tokenized references")
+    parser.add_argument("--lang", default="de", help="with --hypotheses: language of the translations (Moses rules)")
+    parser.add_argument(
+        "--lowercase", action="store_true", help="with --hypotheses: case-insensitive sacreBLEU and chrF"
+    )
+    parser.add_argument("--split", help="with --model: the split to translate, e.g. test2016, test2017, valid")
+    parser.add_argument("--data-dir", default=None, help=f"with --model: {DATA_DIR_HELP}")
+    parser.add_argument("--source-lang", default="en")
+    parser.add_argument("--target-lang", default="de")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per generate() call")
+    parser.add_argument("--num-beams", type=int, default=4, help="beam size (the paper: 4, §6.1)")
+    parser.add_argument("--output-hypotheses", help="with --model: write the translations to this file")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Score the file, or translate the split and score that; print the scores."""
+    if args.hypotheses is not None and args.references is None:
+        raise UsageError("--hypotheses needs --references")
+    if args.model is not None and args.split is None:
+        raise UsageError("--model needs --split")
+    from ..evaluation import evaluate_model_on_split, score_files
+
+    if args.hypotheses is not None:
+        scores = score_files(
+            args.hypotheses, args.references, args.tokenized_references, args.lang, lowercase=args.lowercase
+        )
+    else:
+        scores = evaluate_model_on_split(
+            args.model,
+            args.split,
+            data_dir=args.data_dir,
+            source_lang=args.source_lang,
+            target_lang=args.target_lang,
+            batch_size=args.batch_size,
+            num_beams=args.num_beams,
+            output_hypotheses=args.output_hypotheses,
+        )
+    print(json.dumps(scores, indent=2, ensure_ascii=False))

@@ -1,0 +1,72 @@
+"""Release a run as a Hub-ready folder with a model card.
+
+The run's last checkpoints are averaged (§6.1), and the average is scored on Multi30k test2016 and test2017 with the
+paper's decoding (§6.1). With `--length-penalties 0.6,1.0,1.5`, valid is decoded with each length penalty α first,
+and the best one becomes the release's default (§6.1 chose α on the development set); the card lists the BLEU of
+each.
+
+    vanilla-transformer release --run-dir outputs/multi30k --output-dir model_cards/vanilla-transformer-multi30k-en-de
+"""
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+from . import DATA_DIR_HELP
+
+
+def hardware() -> str:
+    """This machine's GPU, else its CPU architecture and core count: what the card says the run trained on."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run, the release folder, and what the card says."""
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--last", type=int, help="checkpoints to average (default: the run preset's average_last)")
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    # default None, resolved in run(): naming the GPU starts CUDA, which every other command's --help would pay for
+    parser.add_argument(
+        "--hardware", help="what the run trained on, for the card (default: this machine's GPU, else its CPU)"
+    )
+    parser.add_argument(
+        "--train-hours", type=float, help="training time for the card, e.g. the sum of train_runtime of resumed runs"
+    )
+    parser.add_argument("--status", default="final", help="a line for the card, e.g. 'training in progress'")
+    parser.add_argument(
+        "--length-penalties",
+        type=lambda text: [float(value) for value in text.split(",")],
+        help="comma-separated α values to try on valid; the best is the release's (default: the paper's 0.6)",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Average, tune α when asked, score, write the release folder, and print its results."""
+    from ..checkpoints import average_checkpoints, list_checkpoints
+    from ..recipe import read_run_preset
+    from ..release import adopt_best_length_penalty, evaluate_release, training_summary, write_release
+
+    run_dir = Path(args.run_dir)
+    preset = read_run_preset(run_dir / "preset.json") if (run_dir / "preset.json").is_file() else {}
+    final = run_dir / "final"
+    averaged = average_checkpoints(run_dir, final, args.last or preset.get("average_last", 5))
+    on_valid = {}
+    if args.length_penalties:
+        on_valid = adopt_best_length_penalty(final, args.data_dir, args.length_penalties)
+    machine = args.hardware if args.hardware is not None else hardware()
+    training = training_summary(run_dir, preset, final, averaged, machine, args.status, args.train_hours, on_valid)
+    results = evaluate_release(final, args.data_dir, ("test2016", "test2017"))
+    # the options that change the released model, for the card's reproduce line
+    release_flags = (f" --last {args.last}" if args.last else "") + (
+        f" --length-penalties {','.join(map(str, args.length_penalties))}" if args.length_penalties else ""
+    )
+    write_release(final, args.output_dir, results, training, preset, release_flags)
+    print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
+    print(f"checkpoints available: {[p.name for p in list_checkpoints(run_dir)]}")

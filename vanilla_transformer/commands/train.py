@@ -1,0 +1,63 @@
+"""Train with the paper's recipe (§5) on Seq2SeqTrainer.
+
+The presets and their fields are in `vanilla_transformer/recipe.py`; every field is a flag.
+
+    vanilla-transformer train --preset multi30k --output-dir outputs/multi30k
+    vanilla-transformer train --preset demo --output-dir outputs/demo          # built-in corpus, minutes on a CPU
+    vanilla-transformer train --preset paper-base --corpus wmt14 --dataset-config de-en --output-dir outputs/base
+    accelerate launch --num_processes 8 scripts/train.py --preset paper-base --bf16 --output-dir outputs/base  # DDP
+    torchrun --nproc_per_node 2 scripts/train.py --preset demo --output-dir outputs/demo   # 2 CPU processes (gloo)
+
+Interrupted runs resume from their newest checkpoint when started again with the same --output-dir.
+"""
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset`, one flag per preset field, and the options of the run."""
+    from ..recipe import add_preset_arguments
+
+    add_preset_arguments(parser)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--source-lang", default="en")
+    parser.add_argument("--target-lang", default="de")
+    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
+    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (Ampere GPUs and newer)")
+    precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
+    parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
+    parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
+    )
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--log-steps", type=int, default=50)
+    parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Train (or resume) the run and print where its averaged final model is."""
+    from ..recipe import preset_from_arguments
+    from ..training import train
+
+    result = train(
+        preset_from_arguments(args),
+        args.output_dir,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        seed=args.seed,
+        resume=not args.no_resume,
+        eval_beams=args.eval_beams,
+        eval_samples=args.eval_samples,
+        report_to=args.report_to,
+        threads=args.threads,
+        log_steps=args.log_steps,
+        per_device_batch_size=args.per_device_batch_size,
+        max_grad_norm=args.max_grad_norm,
+        bf16=args.bf16,
+        fp16=args.fp16,
+    )
+    print(f"final model: {result.final_dir}")

@@ -1,0 +1,65 @@
+"""Train with the paper's recipe (§5) in a plain accelerate loop.
+
+The loop is `vanilla_transformer/no_trainer.py`, the counterpart of transformers' `run_translation_no_trainer.py`;
+`vanilla-transformer train` runs the same recipe on Seq2SeqTrainer.
+
+    vanilla-transformer train-no-trainer --preset demo --output-dir outputs/demo-nt                  # one process
+    accelerate launch --num_processes 8 scripts/train_no_trainer.py --preset paper-base --output-dir outputs/base
+    torchrun --nproc_per_node 2 scripts/train_no_trainer.py --preset demo --output-dir outputs/demo-nt   # CPU, gloo
+
+Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state`) when started again with the same
+--output-dir.
+"""
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset`, one flag per preset field, and the options of the loop."""
+    from ..recipe import add_preset_arguments
+
+    add_preset_arguments(parser)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--source-lang", default="en")
+    parser.add_argument("--target-lang", default="de")
+    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
+    parser.add_argument("--gradient-accumulation-steps", type=int, help="instead of --tokens-per-update")
+    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
+    parser.add_argument(
+        "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
+    )
+    parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
+    parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
+    parser.add_argument("--eval-batch-size", type=int, default=64, help="pairs per process and validation batch")
+    parser.add_argument("--train-samples", type=int, help="train on the first N pairs only")
+    parser.add_argument("--log-steps", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
+    )
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Train (or resume) the run in the loop."""
+    from ..no_trainer import train_no_trainer
+    from ..recipe import preset_from_arguments
+
+    train_no_trainer(
+        preset_from_arguments(args),
+        args.output_dir,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        seed=args.seed,
+        per_device_batch_size=args.per_device_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        max_grad_norm=args.max_grad_norm,
+        mixed_precision=args.mixed_precision,
+        resume=not args.no_resume,
+        eval_beams=args.eval_beams,
+        eval_samples=args.eval_samples,
+        eval_batch_size=args.eval_batch_size,
+        train_samples=args.train_samples,
+        log_steps=args.log_steps,
+        threads=args.threads,
+    )

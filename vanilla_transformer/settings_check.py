@@ -1,0 +1,249 @@
+"""Settings that cannot finish as asked, refused before the first update.
+
+A setting that dooms a run from its start (averaging more checkpoints than the run writes, a pair too long for every
+batch, a learning rate of zero) should not cost the hours of training that come before the failure; and under N
+processes the process that fails first leaves the others to die in their next collective call. So both training
+paths call `check_settings` first, on the preset, their own options and the output folder, before a process group
+exists or the corpus is read, and `check_tokenized` right after tokenizing, before the model is built. Each raises one
+`SettingsError` listing every problem it finds in the words of the command line (`--average-last 3`), with a fix.
+Every process of a distributed run calls both with the same inputs before any collective call, so all of them raise
+the same error and none is left waiting.
+
+Only what cannot work is refused. `--eval-steps` or `--save-steps` past `--max-steps` still validate, and the Trainer
+still saves, once, at the last update (transformers' `DefaultFlowCallback` evaluates and saves at `max_steps`; the
+loop of `no_trainer.py` validates at its end); `--tokens-per-update` below one batch makes updates of one batch;
+`--warmup-steps` past `--max-steps` ends the run on the rising part of the §5.3 schedule.
+"""
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+from datasets import Dataset
+
+from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
+from .data.corpora import FilterReport
+from .recipe import TrainingPreset, record_run_preset
+from .tokenization import SPECIAL_TOKENS
+
+# the byte-level BPE holds its special tokens and the 256 byte symbols before it learns any merge
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256
+
+# the settings that count something, with what they count: a run needs at least one of each
+COUNTS = {
+    "max_steps": "updates in all",
+    "save_steps": "updates between checkpoints",
+    "eval_steps": "updates between validations",
+    "warmup_steps": "warmup updates (the §5.3 rate divides by it)",
+    "average_last": "checkpoints kept for averaging",
+    "max_length": "tokens a side of a pair may have",
+    "max_tokens": "padded tokens per batch",
+    "tokens_per_update": "tokens per update",
+    "per_device_batch_size": "pairs per batch",
+    "gradient_accumulation_steps": "batches per update",
+    "train_samples": "training pairs",
+    "eval_samples": "validation pairs",
+    "eval_beams": "beams",
+    "eval_batch_size": "pairs per validation batch",
+    "log_steps": "updates between log lines",
+}
+# the preset fields among them (the others are options of the training functions)
+PRESET_COUNTS = ("max_steps", "save_steps", "eval_steps", "warmup_steps", "average_last", "max_length", "max_tokens",
+                 "tokens_per_update")  # fmt: skip
+
+
+class SettingsError(ValueError):
+    """Settings that cannot finish as asked; the message names the flags and the fix."""
+
+
+def flag(name: str, value: object) -> str:
+    """A preset field or training option as the command line gives it: `flag("max_steps", 60)` is `--max-steps 60`."""
+    return f"--{name.replace('_', '-')} {value}"
+
+
+def trainer_checkpoint_steps(
+    max_steps: int, save_steps: int, existing: Iterable[int] = (), resume_step: int = 0
+) -> list[int]:
+    """The steps of the checkpoints a `Seq2SeqTrainer` run leaves in its folder before rotation: those already there
+    (`existing`), every multiple of `save_steps` after `resume_step` up to `max_steps`, and `max_steps` itself, which
+    transformers' `DefaultFlowCallback` saves whatever `save_steps` says."""
+    steps = set(existing)
+    if max_steps > resume_step:
+        steps.update(range((resume_step // save_steps + 1) * save_steps, max_steps + 1, save_steps))
+        steps.add(max_steps)
+    return sorted(steps)
+
+
+def check_settings(
+    preset: TrainingPreset,
+    output_dir: str | Path,
+    *,
+    resume: bool,
+    averages_checkpoints: bool,
+    per_device_batch_size: int | None = None,
+    gradient_accumulation_steps: int | None = None,
+    train_samples: int | None = None,
+    eval_samples: int | None = None,
+    eval_beams: int = 1,
+    eval_batch_size: int = 1,
+    log_steps: int = 1,
+    max_grad_norm: float = 0.0,
+    threads: int | None = None,
+) -> None:
+    """Raise a `SettingsError` for every setting of `preset` and of the training function's own options that
+    cannot finish as asked; needs neither the corpus nor a process group.
+
+    `averages_checkpoints`: the run averages its last `preset.average_last` checkpoints at the end (`training.train`),
+    so it must write or find that many: `output_dir`'s checkpoints count when `resume`. A folder that holds another
+    run raises `record_run_preset`'s `ValueError`. Options left at `None` were not given."""
+    problems = []
+    counts = {field: getattr(preset, field) for field in PRESET_COUNTS}
+    options = {
+        "per_device_batch_size": per_device_batch_size,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "train_samples": train_samples,
+        "eval_samples": eval_samples,
+    }
+    counts |= {name: value for name, value in options.items() if value is not None}
+    counts |= {"eval_beams": eval_beams, "eval_batch_size": eval_batch_size, "log_steps": log_steps}
+    if per_device_batch_size is not None:  # batches of pairs: no token budget applies
+        del counts["max_tokens"]
+    if gradient_accumulation_steps is not None:  # a fixed accumulation: the token target is not used
+        del counts["tokens_per_update"]
+    for name, value in counts.items():
+        if value < 1:
+            leave_out = ", or leave the flag out" if name in options else ""
+            problems.append(f"{flag(name, value)}: the number of {COUNTS[name]} must be at least 1{leave_out}.")
+    if preset.vocab_size < MIN_VOCAB_SIZE:
+        problems.append(
+            f"{flag('vocab_size', preset.vocab_size)} cannot hold the {len(SPECIAL_TOKENS)} special tokens and 256 "
+            f"byte symbols of the byte-level BPE; give --vocab-size {MIN_VOCAB_SIZE} or more (the paper: 37000 for "
+            f"WMT14 En-De, ~8000 suits Multi30k)."
+        )
+    # each test below is written as `not <valid>`: a NaN, which argparse accepts (`--lr-factor nan`), fails them all
+    if not (math.isfinite(preset.lr_factor) and preset.lr_factor > 0):
+        problems.append(
+            f"{flag('lr_factor', preset.lr_factor)}: the learning rate must be a number above 0 (at 0 nothing is "
+            f"learned, below 0 Adam refuses); --lr-factor 1 is the paper's §5.3 rate."
+        )
+    if not 0 <= preset.label_smoothing <= 1:
+        problems.append(
+            f"{flag('label_smoothing', preset.label_smoothing)}: label smoothing is a probability mass in [0, 1] "
+            f"(the paper: 0.1)."
+        )
+    dropout_ok = preset.dropout is None or 0 <= preset.dropout < 1
+    if not dropout_ok:
+        problems.append(f"{flag('dropout', preset.dropout)}: the dropout rate must lie in [0, 1) (the paper: 0.1).")
+    if not max_grad_norm >= 0:
+        problems.append(
+            f"{flag('max_grad_norm', max_grad_norm)}: clip gradients to a norm above 0, or give 0 for no clipping "
+            f"(the paper's choice); a negative norm would reverse the gradients."
+        )
+    if threads is not None and threads < 0:
+        problems.append(f"{flag('threads', threads)}: give a number of threads of at least 1, or leave the flag out.")
+    if dropout_ok:  # an invalid dropout would fail the model's config as well: one message is enough
+        problems += _model_problems(preset)
+    _raise(problems)
+
+    record_run_preset(output_dir, preset, resume, write=False)
+    if averages_checkpoints:
+        _raise(_checkpoint_problems(preset, Path(output_dir), resume))
+
+
+def _model_problems(preset: TrainingPreset) -> list[str]:
+    """The preset's model: buildable at all, and with positions for the pairs `max_length` keeps."""
+    try:
+        config = preset.model_config(vocab_size=max(preset.vocab_size, MIN_VOCAB_SIZE))
+    except (ValueError, TypeError) as error:
+        return [
+            f"the preset's model ({preset.model_preset!r} with model_overrides {dict(preset.model_overrides)}) "
+            f"cannot be built: {error}"
+        ]
+    # sinusoidal positions extend to any length; learned ones end at their table (sources and decoder inputs are
+    # at most max_length tokens; validation's generation stops at the table by itself)
+    if config.position_encoding == "learned" and config.max_position_embeddings < preset.max_length:
+        return [
+            f"{flag('max_length', preset.max_length)} keeps pairs of up to {preset.max_length} tokens a side, but "
+            f"the model's learned positions end at max_position_embeddings={config.max_position_embeddings} (the "
+            f"preset's model_overrides); give --max-length {config.max_position_embeddings} or less, or raise "
+            f"max_position_embeddings."
+        ]
+    return []
+
+
+def _checkpoint_problems(preset: TrainingPreset, output: Path, resume: bool) -> list[str]:
+    """Whether a Trainer run ends with the `average_last` checkpoints it averages: those it writes, plus those of the
+    run it resumes (`save_total_limit` = `average_last` keeps the newest that many, and never fewer). The counts
+    involved are at least 1 (checked first)."""
+    existing = [checkpoint_step(path) for path in list_checkpoints(output)] if resume and output.is_dir() else []
+    latest = last_complete_checkpoint(output) if existing else None  # where `train` resumes
+    resume_step = checkpoint_step(latest) if latest else 0
+    wanted, every, last = preset.average_last, preset.save_steps, preset.max_steps
+    steps = trainer_checkpoint_steps(last, every, existing, resume_step)
+    if len(steps) >= wanted:
+        return []
+    names = ", ".join(f"checkpoint-{step}" for step in steps)
+    earlier = f"; {len(existing)} of them already in {output}" if existing else ""
+    fixes = [flag("average_last", len(steps))]
+    # the other ways out: checkpoints closer together, or more updates (a multiple of save_steps: evenly spaced)
+    missing = wanted - len(existing)
+    if missing <= last - resume_step:
+        closer = (last - resume_step) // missing
+        while closer > 0 and len(trainer_checkpoint_steps(last, closer, existing, resume_step)) < wanted:
+            closer -= 1
+        if closer:
+            fixes.append(flag("save_steps", closer))
+    longer = every * (missing + resume_step // every)
+    while len(trainer_checkpoint_steps(longer, every, existing, resume_step)) < wanted:
+        longer += every
+    fixes.append(flag("max_steps", longer))
+    return [
+        f"{flag('average_last', wanted)} averages the last {wanted} checkpoints at the end, but "
+        f"{flag('max_steps', last)} with {flag('save_steps', every)} leaves {len(steps)} ({names}{earlier}); give "
+        f"{', '.join(fixes[:-1])} or {fixes[-1]}."
+    ]
+
+
+def check_tokenized(
+    preset: TrainingPreset,
+    train_set: Dataset,
+    train_report: FilterReport,
+    valid_report: FilterReport,
+    *,
+    token_batches: bool,
+) -> None:
+    """Raise a `SettingsError` when the tokenized data leaves nothing to train or validate on, or (with
+    `token_batches`, batches of at most `preset.max_tokens` padded tokens) holds a pair that fits no batch."""
+    problems = []
+    for name, report in (("training", train_report), ("validation", valid_report)):
+        if report.kept:
+            continue
+        total = len(report.empty) + len(report.too_long)
+        split = "train" if name == "training" else preset.valid_split
+        if report.too_long:
+            empty = f" and {len(report.empty)} an empty side" if report.empty else ""
+            problems.append(
+                f"{flag('max_length', preset.max_length)} leaves no {name} pair: {len(report.too_long)} of the "
+                f"{total} pairs of split {split!r} have more tokens on a side{empty}; raise --max-length."
+            )
+        else:
+            problems.append(f"--corpus {preset.corpus} has no {name} pair with text on both sides in split {split!r}.")
+    if token_batches and train_report.kept:
+        longest = max(len(s) + len(t) for s, t in zip(train_set["input_ids"], train_set["labels"], strict=True))
+        if longest > preset.max_tokens:
+            # pairs of at most max_tokens // 2 tokens a side fit a batch of one
+            shorter = (
+                f", or --max-length {preset.max_tokens // 2} to drop longer pairs" if preset.max_tokens > 1 else ""
+            )
+            problems.append(
+                f"{flag('max_tokens', preset.max_tokens)} is smaller than the longest training pair ({longest} "
+                f"source+target tokens), which would fit no batch; give --max-tokens {longest} or more{shorter}."
+            )
+    _raise(problems)
+
+
+def _raise(problems: list[str]) -> None:
+    if len(problems) == 1:
+        raise SettingsError(problems[0])
+    if problems:
+        raise SettingsError("the run cannot finish as asked:\n" + "\n".join(f"- {problem}" for problem in problems))
