@@ -99,6 +99,15 @@ def test_evaluate_and_release_leave_the_data_folder_to_the_data_stage():
         assert build_parser().parse_args(argv).data_dir is None
 
 
+def test_download_multi30k_prints_the_folder_or_says_what_is_missing(tmp_path, capsys):
+    for name in ("train.en", "train.de"):
+        (tmp_path / name).write_text("A dog.\n" if name.endswith("en") else "Ein Hund.\n")
+    main(["download-multi30k", "--data-dir", str(tmp_path)])
+    assert capsys.readouterr().out == f"{tmp_path}\n"
+    with pytest.raises(SystemExit, match=r"^error: data_dir=\S*elsewhere "):
+        main(["download-multi30k", "--data-dir", str(tmp_path / "elsewhere")])
+
+
 def test_python_m_translates_stdin_as_the_library_does(model_folder):
     sources = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
     lines = [sources[0], "", *sources[1:]]
@@ -131,8 +140,9 @@ def installed(tmp_path_factory) -> Path:
     shutil.copytree(
         ROOT / "vanilla_transformer", source / "vanilla_transformer", ignore=shutil.ignore_patterns("__pycache__")
     )
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, source / name)
+    for path in ROOT.iterdir():  # pyproject.toml, the README it names, LICENSE
+        if path.is_file():
+            shutil.copy2(path, source / path.name)
     # offline with this environment's setuptools where it has one (pyproject's build-system), else from the index
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]

@@ -1,8 +1,17 @@
+import json
+
 import pytest
 from transformers import AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
-from vanilla_transformer.tokenization import lowercases, round_trip_failures, save_tokenizer, train_joint_bpe
+from vanilla_transformer.tokenization import (
+    LOAD_TIME_KEYS,
+    load_tokenizer,
+    lowercases,
+    round_trip_failures,
+    save_tokenizer,
+    train_joint_bpe,
+)
 
 ENGLISH_CHINESE = [
     ("The cat sits on the mat.", "猫坐在垫子上。"),
@@ -60,3 +69,15 @@ def test_a_lowercasing_tokenizer_lowercases_every_text_and_keeps_doing_so_when_l
     # every merge learned is lowercase text (the byte alphabet, single symbols, holds upper-case letters as any other)
     merged = [loaded.convert_tokens_to_string([t]) for t in loaded.get_vocab() if len(t) > 1 and t[0] != "<"]
     assert merged and not [text for text in merged if text != text.lower()]
+
+
+def test_a_loaded_tokenizer_saved_again_writes_only_its_own_settings(builtin_tokenizer, tmp_path):
+    first = save_tokenizer(builtin_tokenizer, tmp_path / "first")
+    for name, loader in (("auto", AutoTokenizer.from_pretrained), ("ours", load_tokenizer)):
+        loader(first, local_files_only=True).save_pretrained(tmp_path / name)
+    # transformers records how a tokenizer was loaded and writes it out again; our loader forgets it
+    written = json.loads((tmp_path / "auto" / "tokenizer_config.json").read_text())
+    assert set(LOAD_TIME_KEYS) <= set(written), "transformers no longer saves load-time keys: drop load_tokenizer"
+    ours = json.loads((tmp_path / "ours" / "tokenizer_config.json").read_text())
+    assert not set(LOAD_TIME_KEYS) & set(ours)
+    assert ours == {key: value for key, value in written.items() if key not in LOAD_TIME_KEYS}

@@ -7,6 +7,8 @@ Multi30k Task 1 (En→De): the folder is the one `evaluate --model` and `release
 """
 
 import argparse
+import logging
+import sys
 
 from . import DATA_DIR_HELP
 
@@ -17,8 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Resolve the folder with `vanilla_transformer.data.multi30k.multi30k_dir` and print it."""
+    """Resolve the folder with `vanilla_transformer.data.multi30k.multi30k_dir` and print it (alone on stdout, for
+    `$(vanilla-transformer download-multi30k)`); progress goes to stderr."""
     # imported here: the module belongs to the data stage, and --help must not need it
     from ..data.multi30k import multi30k_dir
 
-    print(multi30k_dir(args.data_dir))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        folder = multi30k_dir(args.data_dir)
+    except OSError as error:  # not downloadable now, or --data-dir without the files: the message says what to do
+        sys.exit(f"error: {error}")
+    print(folder)
