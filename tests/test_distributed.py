@@ -217,13 +217,21 @@ def free_port() -> int:
 
 
 @pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
-def test_data_no_batch_can_hold_stops_every_process_by_itself(script, tmp_path):
-    """Refused after the process group exists (the data are tokenized by then): each process, started by hand as
-    torchrun would start it but with no launcher to stop the others when one fails, exits with the error by itself
-    rather than waiting for a peer."""
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--max-tokens", "20"], "SettingsError: --max-tokens 20 is smaller than the longest training pair"),
+        # raised by the main process alone, while the others wait for it to load the data first
+        (["--valid-split", "dev"], "the built-in corpus has splits ['test', 'train', 'valid'], not 'dev'"),
+    ],
+)
+def test_data_errors_stop_every_process_by_itself(script, flags, error, tmp_path):
+    """Errors after the process group exists (a corpus without the split asked for, data that fit no batch): each
+    process, started by hand as torchrun would start it but with no launcher to stop the others when one fails,
+    exits with the error by itself rather than waiting for a peer."""
     env = {**launch_environment(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
            "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
-    args = ["--preset", "demo", "--max-tokens", "20", "--max-steps", "5", "--save-steps", "5", "--average-last", "1",
+    args = ["--preset", "demo", *flags, "--max-steps", "5", "--save-steps", "5", "--average-last", "1",
             "--output-dir", str(tmp_path / "run")]  # fmt: skip
     processes = [
         subprocess.Popen(
@@ -239,6 +247,6 @@ def test_data_no_batch_can_hold_stops_every_process_by_itself(script, tmp_path):
     for process in processes:
         printed, _ = process.communicate(timeout=300)
         assert process.returncode == 1, printed[-4000:]
-        assert "SettingsError: --max-tokens 20 is smaller than the longest training pair" in printed
+        assert error in printed, printed[-4000:]
         assert not any(error in printed for error in GLOO_ERRORS), printed[-4000:]
     assert not list((tmp_path / "run").glob("checkpoint-*"))

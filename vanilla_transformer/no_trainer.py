@@ -24,12 +24,12 @@ from transformers.dynamic_module_utils import custom_object_save
 
 from .checkpoints import checkpoint_step, list_checkpoints
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
-from .data.corpora import load_corpus, tokenize_pairs
+from .data.corpora import tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
 from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
 from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate, record_run_preset
 from .settings_check import check_settings, check_tokenized
-from .training import build_model, build_tokenizer
+from .training import build_model, load_corpora_and_tokenizer
 
 LOG_FILE = "train_log.json"
 
@@ -180,11 +180,9 @@ def train_no_trainer(
     set_seed(seed)
     record_run_preset(output, preset, resume, write=accelerator.is_main_process)
 
-    # the main process trains and saves the tokenizer (and fills the `datasets` cache) before the others read them
-    with accelerator.main_process_first():
-        train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
-        valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
-        tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)
+    train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
+        accelerator.state, preset, source_lang, target_lang, output
+    )
     if train_samples:
         train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
     if eval_samples:

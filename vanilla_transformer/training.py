@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from datasets import Dataset
+from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint, staged_folder
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
@@ -21,7 +22,7 @@ from .recipe import (
     record_run_preset,
 )
 from .settings_check import check_settings, check_tokenized
-from .tokenization import save_tokenizer, train_joint_bpe
+from .tokenization import load_tokenizer, save_tokenizer, train_joint_bpe
 
 
 @dataclass
@@ -38,13 +39,34 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
     """Reuse `output_dir/tokenizer` (so a resumed run keeps its vocabulary) or train the joint BPE on both sides."""
     folder = output_dir / "tokenizer"
     if (folder / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(folder)
+        return load_tokenizer(folder)
     pairs = train_corpus["translation"]
     texts = [pair[source_lang] for pair in pairs] + [pair[target_lang] for pair in pairs]
     tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size, lowercase=preset.lowercase)
     with staged_folder(folder) as staging:  # a run killed while saving leaves no half-written tokenizer to reuse
         save_tokenizer(tokenizer, staging)
     return tokenizer
+
+
+def load_corpora_and_tokenizer(
+    state: PartialState, preset: TrainingPreset, source_lang: str, target_lang: str, output_dir: Path
+) -> tuple[Dataset, Dataset, PreTrainedTokenizerBase]:
+    """The training and validation corpora and the tokenizer (`build_tokenizer`), the main process first: it fills
+    the `datasets` cache and trains and saves the tokenizer before the others read them.
+
+    Unlike `state.main_process_first()`, an error in the main process's turn (a split the corpus lacks, an unreadable
+    file) still lets the others past the barrier, where they meet the same error themselves, instead of leaving them
+    waiting for a peer that is gone until the process group times out."""
+    if not state.is_main_process:
+        state.wait_for_everyone()
+    try:
+        train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+        valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
+        tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output_dir)
+    finally:
+        if state.is_main_process:
+            state.wait_for_everyone()
+    return train_corpus, valid_corpus, tokenizer
 
 
 def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
@@ -115,11 +137,7 @@ def train(
     world_size, is_main_process = state.num_processes, state.is_main_process
     record_run_preset(output, preset, resume, write=is_main_process)
 
-    # the main process trains and saves the tokenizer (and fills the `datasets` cache) before the others read them
-    with state.main_process_first():
-        train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
-        valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
-        tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output)
+    train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(state, preset, source_lang, target_lang, output)
     if eval_samples:
         valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
     train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
