@@ -32,14 +32,16 @@ def launch_environment() -> dict[str, str]:
     return env
 
 
-def run_launched(script: str | Path, processes: int, *args: str) -> subprocess.CompletedProcess:
-    """Run `scripts/<script>` (or a path) in `processes` processes (torchrun, gloo, one thread each)."""
+def run_launched(script: str | Path | tuple[str, ...], processes: int, *args: str) -> subprocess.CompletedProcess:
+    """Run `scripts/<script>` (or a path, or a module and its arguments: `("-m", "vanilla_transformer", "train")`) in
+    `processes` processes (torchrun, gloo, one thread each)."""
     launcher = [sys.executable]
     if processes > 1:
         # --standalone: a rendezvous on a free port, so that parallel test workers do not collide
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    target = list(script) if isinstance(script, tuple) else [str(ROOT / "scripts" / script)]
     return subprocess.run(
-        [*launcher, str(ROOT / "scripts" / script), *args],
+        [*launcher, *target, *args],
         cwd=ROOT,
         env=launch_environment(),
         capture_output=True,
@@ -47,7 +49,7 @@ def run_launched(script: str | Path, processes: int, *args: str) -> subprocess.C
     )
 
 
-def launch(script: str | Path, processes: int, *args: str) -> None:
+def launch(script: str | Path | tuple[str, ...], processes: int, *args: str) -> None:
     """`run_launched`, which must succeed."""
     result = run_launched(script, processes, *args)
     assert result.returncode == 0, (
@@ -74,8 +76,9 @@ def trainer_runs(tmp_path_factory) -> dict[int, Path]:
     runs = {}
     for processes, batch in ((1, 8), (2, 4)):
         runs[processes] = tmp_path_factory.mktemp(f"trainer{processes}")
-        # --max-grad-norm: a norm never reached, so that the Trainer computes and logs the gradient norm
-        launch("train.py", processes, *COMMON, "--output-dir", str(runs[processes]),
+        # the console command as the README launches it (`torchrun -m vanilla_transformer train`); --max-grad-norm: a
+        # norm never reached, so that the Trainer computes and logs the gradient norm
+        launch(("-m", "vanilla_transformer", "train"), processes, *COMMON, "--output-dir", str(runs[processes]),
                "--per-device-batch-size", str(batch), "--tokens-per-update", "320", "--save-steps", "5",
                "--eval-steps", "5", "--average-last", "1", "--report-to", "none", "--max-grad-norm", "1e9")  # fmt: skip
     return runs
