@@ -30,6 +30,7 @@ from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
 from vanilla_transformer.evaluation import compute_metrics_for_trainer
 from vanilla_transformer.hub import (
     CODE_FILES,
+    DATA_TERMS,
     FolderNotReadyError,
     HubPushError,
     card_for_folder,
@@ -176,13 +177,15 @@ def test_push_script_publishes_the_folder_with_a_card_from_the_run(run, script_p
     # the missing card was rendered from the run's records: its dataset, languages, and last evaluation
     card = ModelCard.load(script_push.repo_id)  # over HTTP
     evaluation = [entry for entry in run.trainer.state.log_history if "eval_bleu" in entry][-1]
-    assert card.data.datasets == ["builtin-en-de-grammar"] and card.data.language == ["en", "de"]
+    # no Hub dataset holds the built-in corpus, so the card lists none; its results still name it
+    assert card.data.datasets is None and card.data.language == ["en", "de"]
+    assert {result.dataset_type for result in card.data.eval_results} == {"builtin-en-de-grammar"}
     assert card.data.license == "apache-2.0"
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
         ("valid", "sacrebleu"): round(evaluation["eval_bleu"], 2),
         ("valid", "chrf"): round(evaluation["eval_chrf"], 2),
     }
-    assert f'from_pretrained("{script_push.repo_id}", trust_remote_code=True)' in card.text
+    assert f'repo = "{script_push.repo_id}"' in card.text and "from_pretrained(repo, revision=revision" in card.text
     files = set(api.list_repo_files(script_push.repo_id))
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", *CODE_FILES} <= files
     assert not [name for name in files if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
@@ -197,7 +200,7 @@ def test_trainer_push_to_hub_uploads_a_complete_repo(run, api, tmp_path):
     snapshot = Path(snapshot_download(repo_id, local_dir=tmp_path / "snapshot"))
     assert validate_folder(snapshot) == []
     card = ModelCard.load(snapshot / "README.md")
-    assert card.data.datasets == ["builtin-en-de-grammar"] and card.data.eval_results
+    assert card.data.datasets is None and card.data.eval_results
     config = json.loads((snapshot / "config.json").read_text())
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
 
@@ -308,9 +311,9 @@ def test_an_incomplete_folder_gets_every_problem_and_nothing_is_sent(run, tmp_pa
     assert {p.split(" ")[0] for p in problems if "is a pickle" in p} == pickles
     assert any(p.startswith("generation_config.json is missing") for p in problems)
     assert any("auto_map has no AutoModel entry" in p for p in problems)
-    assert any("no `language`" in p for p in problems) and any("no `datasets`" in p for p in problems)
+    assert any("no `language`" in p for p in problems)
     assert any("no `model-index` results" in p for p in problems)
-    assert len(problems) == len(pickles) + 5
+    assert len(problems) == len(pickles) + 4
     assert f"({len(problems)} problem(s)); nothing was pushed" in str(refused.value)
     assert HUB.state.requests[requests:] == []  # checked before any request
 
@@ -352,7 +355,10 @@ def test_the_released_folder_is_ready_and_its_card_comes_from_the_template(tmp_p
     assert scores(card_for_folder(RELEASE, "someone/multi30k")) == scores(committed)
     for field in ("license", "language", "datasets", "pipeline_tag"):
         assert getattr(rendered.data, field) == getattr(committed.data, field)
-    assert "solely for non-commercial research and educational purposes" in rendered.text
+    # the weights carry the terms of Multi30k; the card names the Hub dataset that holds its sentences
+    assert "solely for non-commercial research and educational\npurposes" in rendered.text
+    assert (rendered.data.license, rendered.data.license_link) == ("other", DATA_TERMS["multi30k"][2])
+    assert rendered.data.datasets == ["bentrevett/multi30k"]
 
 
 def test_pickles_are_found_by_content_as_well_as_by_name(tmp_path):

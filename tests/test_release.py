@@ -85,9 +85,9 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         ("test2016", "bleu"): 41.5, ("test2016", "sacrebleu"): 40.12, ("test2016", "chrf"): 60.0,
         ("test2017", "bleu"): 34.25, ("test2017", "sacrebleu"): 33.0, ("test2017", "chrf"): 55.5,
     }  # fmt: skip
-    assert "| test2016[:50] | – | 39 | 59 |" in card.text and "python scripts/release.py" in card.text
-    assert "python scripts/train.py --preset multi30k --dropout 0.25 --output-dir outputs/release" in card.text
-    assert "--output-dir model_cards/release --length-penalties 0.6,1.5" in card.text
+    assert "| test2016[:50] | – | 39 | 59 |" in card.text and "vanilla-transformer release --run-dir" in card.text
+    assert "vanilla-transformer train --preset multi30k --dropout 0.25 --output-dir outputs/release" in card.text
+    assert "--output-dir release --length-penalties 0.6,1.5" in card.text
     assert f"the paper's beam search ({training['hyperparameters']['decoding']})" in card.text
     assert validate_folder(release) == []
 
@@ -96,16 +96,16 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path):
     from vanilla_transformer.release import train_command
 
     demo = get_training_preset("demo").as_dict()
-    assert train_command(demo, "out") == "python scripts/train.py --preset demo --output-dir out"
+    assert train_command(demo, "out") == "vanilla-transformer train --preset demo --output-dir out"
     # a run recorded before the lowercase field existed is the demo preset still
     del demo["lowercase"]
     (tmp_path / "preset.json").write_text(json.dumps(demo))
     assert train_command(read_run_preset(tmp_path / "preset.json"), "out") == (
-        "python scripts/train.py --preset demo --output-dir out"
+        "vanilla-transformer train --preset demo --output-dir out"
     )
     run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.25, lr_factor=1.0, max_steps=9000).as_dict()))
     assert train_command(run, "out") == (
-        "python scripts/train.py --preset multi30k --max-steps 9000 --lr-factor 1.0 --dropout 0.25 --output-dir out"
+        "vanilla-transformer train --preset multi30k --max-steps 9000 --lr-factor 1.0 --dropout 0.25 --output-dir out"
     )
     run["corpus"] = str(tmp_path)
     assert f"--corpus {tmp_path}" in train_command(run, "out")

@@ -4,8 +4,9 @@ model card from the template shipped with the package (`templates/model_card.md`
 
 A complete folder loads anywhere with `AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)`:
 `model.safetensors` (no pickles), `config.json` whose `auto_map` names the two code files, the code files, tokenizer
-files, `generation_config.json` (the paper's decoding), and a `README.md` card whose YAML metadata carries the license,
-languages, datasets and `model-index` results.
+files, `generation_config.json` (the paper's decoding), and a `README.md` card whose YAML metadata carries the license
+(the training data's terms where it has its own), languages, the Hub datasets that hold the training data (none when
+none does) and `model-index` results.
 """
 
 import ast
@@ -29,6 +30,15 @@ AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
 # names under which PyTorch/NumPy/joblib write pickles; loading one runs arbitrary code, so none may be pushed
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
+# The Hub datasets that hold a corpus we train on, for the card's `datasets` (no entry: no Hub dataset holds it, and
+# the card names none). `bentrevett/multi30k` is the WMT16 release of Multi30k Task 1: its train and test splits are
+# our train and test2016; its validation has the WMT16 val.de, which the official files corrected in 61 lines.
+HUB_DATASETS = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14"}
+# Weights inherit the terms of their training data: (license, license_name, license_link) for data with terms of its
+# own; other data leaves the card's license to the caller (apache-2.0, the code's, by default).
+DATA_TERMS = {
+    "multi30k": ("other", "multi30k-non-commercial", "https://github.com/multi30k/dataset#use-of-the-data"),
+}
 DATASET_TITLES = {
     "multi30k": "Multi30k Task 1",
     "builtin-en-de-grammar": "the built-in English→German grammar corpus",
@@ -67,12 +77,20 @@ class HubPushError(RuntimeError):
 
 
 def dataset_id(corpus: str) -> str:
-    """The card's `datasets` entry for a training preset's `corpus`: a folder counts by its name (`multi30k`)."""
+    """The name the card gives a training preset's `corpus`: a folder counts by its name (`multi30k`)."""
     if corpus == "builtin":
         return "builtin-en-de-grammar"
     if corpus.startswith(("/", "./", "../", "~")) or Path(corpus).is_dir():
         return Path(corpus).name
     return corpus  # a `datasets` name (`wmt14`, `bentrevett/multi30k`) is already an id
+
+
+def hub_dataset_ids(dataset: str) -> list[str]:
+    """The card's `datasets`: the Hub dataset holding `dataset` (a `dataset_id`), or none for data no Hub dataset
+    holds (the built-in corpus, a local folder), rather than a name the Hub would link to nothing."""
+    if dataset in HUB_DATASETS:
+        return [HUB_DATASETS[dataset]]
+    return [dataset] if "/" in dataset else []
 
 
 def decoding_summary(generation: dict | None = None) -> str:
@@ -151,13 +169,18 @@ def render_model_card(
             )
             for metric, value, metric_name in metrics
         ]
+    license_name = license_link = None
+    if dataset in DATA_TERMS:
+        license, license_name, license_link = DATA_TERMS[dataset]
     card_data = ModelCardData(
         language=[source, target],
         license=license,
+        license_name=license_name,
+        license_link=license_link,
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", "transformer", "attention-is-all-you-need", dataset],
-        datasets=[dataset],
+        datasets=hub_dataset_ids(dataset) or None,
         metrics=sorted({result.metric_type for result in eval_results}),
         model_name=name,
         eval_results=eval_results or None,
@@ -171,7 +194,7 @@ def render_model_card(
     text = environment.from_string(CARD_TEMPLATE.read_text()).render(
         card_data=card_data.to_yaml(),
         name=name,
-        repo_id=repo_id or name,
+        repo_id=repo_id or f"your-name/{name}",  # where the folder is not pushed yet: the user's namespace
         dataset=dataset,
         dataset_title=title,
         source_language=LANGUAGE_NAMES.get(source, source),
@@ -385,7 +408,7 @@ def _check_card(folder: Path) -> list[str]:
     except Exception as error:  # noqa: BLE001
         return [f"README.md's YAML metadata does not parse: {error}"]
     problems = []
-    for field, example in (("license", "apache-2.0"), ("language", "[en, de]"), ("datasets", "[multi30k]")):
+    for field, example in (("license", "apache-2.0"), ("language", "[en, de]")):
         if not getattr(data, field, None):
             problems.append(f"README.md's metadata has no `{field}` (e.g. `{field}: {example}`).")
     if not data.eval_results:

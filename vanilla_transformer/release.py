@@ -20,7 +20,7 @@ SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test agai
 
 
 def train_command(run_preset: dict, output_dir: str) -> str:
-    """The `scripts/train.py` line that trains a run with this `preset.json`: the named preset it differs least from,
+    """The `vanilla-transformer train` line that trains a run with this `preset.json`: the named preset it differs least from,
     and a flag for each field it changed. A change no flag can make (the model preset or its overrides) raises."""
 
     run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
@@ -33,7 +33,7 @@ def train_command(run_preset: dict, output_dir: str) -> str:
     unflagged = [field for field in changed(name) if field not in PRESET_FLAGS]
     if unflagged:
         raise ValueError(
-            f"the run's preset differs from {name!r} in {unflagged}, which scripts/train.py has no flag for; "
+            f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag for; "
             f"add the run as a named preset in vanilla_transformer/recipe.py to release it with a reproducible command."
         )
 
@@ -44,7 +44,7 @@ def train_command(run_preset: dict, output_dir: str) -> str:
         return f" --{name} {value}"
 
     flags = "".join(flag(field) for field in changed(name))
-    return f"python scripts/train.py --preset {name}{flags} --output-dir {output_dir}"
+    return f"vanilla-transformer train --preset {name}{flags} --output-dir {output_dir}"
 
 
 def tune_length_penalty(
@@ -169,7 +169,7 @@ def write_release(
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (`templates/model_card.md`, with the commands that
     reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
-    `scripts/release.py` it used); the folder replaces `release_dir` only whole."""
+    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole."""
     release = Path(release_dir)
     summaries = {split: _summary(scores) for split, scores in results.items()}
     run_dir = f"outputs/{release.name}"
@@ -180,7 +180,7 @@ def write_release(
         dataset="multi30k",
         reproduce=[
             train_command(run_preset, run_dir),
-            f"python scripts/release.py --run-dir {run_dir} --output-dir model_cards/{release.name}" + release_flags,
+            f"vanilla-transformer release --run-dir {run_dir} --output-dir {release.name}" + release_flags,
         ],
     )
     with staged_folder(release) as staging:
