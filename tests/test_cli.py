@@ -143,11 +143,11 @@ def installed(tmp_path_factory) -> Path:
     for path in ROOT.iterdir():  # pyproject.toml, the README it names, LICENSE
         if path.is_file():
             shutil.copy2(path, source / path.name)
-    # with build isolation, as `pip install .` and scripts/run.sh's editable install build: setuptools as
-    # build-system.requires asks, from the configured index, not the one this environment holds (a venv's bundled
-    # setuptools 65 cannot read pyproject's SPDX license)
+    # without build isolation, so that no package index is needed: the test extras bring the setuptools that
+    # build-system.requires asks for
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)], check=True)
+    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(work / "dist")]
+    subprocess.run([*build, str(source)], check=True)
     (wheel,) = (work / "dist").glob("vanilla_transformer-*.whl")
 
     venv = work / "fresh"
