@@ -1,4 +1,4 @@
-"""Scoring translations the two ways the project reports them (`docs/paper-recipe.md`, "Results to compare with").
+"""Scoring translations the two ways the project reports them (the README's Results).
 
 1. **sacreBLEU and chrF** (Post 2018; Popović 2015) of detokenized, cased output against the raw references, with
    sacreBLEU's own 13a tokenization. Comparable across papers that print the same signature, so the signature is

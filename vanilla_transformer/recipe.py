@@ -151,7 +151,7 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
 
 # TrainingPreset fields that `scripts/train.py` and `scripts/train_no_trainer.py` set with a flag of the same name
 PRESET_FLAGS: dict[str, tuple[type, str]] = {
-    "corpus": (str, "'builtin', a folder of {split}.{lang} files, or a datasets name"),
+    "corpus": (str, "'multi30k' (downloaded once), 'builtin', a folder of {split}.{lang} files, or a datasets name"),
     "dataset_config": (str, "the datasets config, e.g. de-en for wmt14"),
     "valid_split": (str, "the validation split's name (datasets on the Hub: 'validation')"),
     "vocab_size": (int, "joint BPE vocabulary size"),

@@ -20,8 +20,9 @@ SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test agai
 
 
 def train_command(run_preset: dict, output_dir: str) -> str:
-    """The `vanilla-transformer train` line that trains a run with this `preset.json`: the named preset it differs least from,
-    and a flag for each field it changed. A change no flag can make (the model preset or its overrides) raises."""
+    """The `vanilla-transformer train` line that trains a run with this `preset.json`: the named preset it differs
+    least from, and a flag for each field it changed. A change no flag can make (the model preset or its overrides)
+    raises."""
 
     run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
 
@@ -33,8 +34,9 @@ def train_command(run_preset: dict, output_dir: str) -> str:
     unflagged = [field for field in changed(name) if field not in PRESET_FLAGS]
     if unflagged:
         raise ValueError(
-            f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag for; "
-            f"add the run as a named preset in vanilla_transformer/recipe.py to release it with a reproducible command."
+            f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag "
+            f"for; add the run as a named preset in vanilla_transformer/recipe.py to release it with a reproducible "
+            f"command."
         )
 
     def flag(field: str) -> str:

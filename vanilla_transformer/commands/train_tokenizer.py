@@ -3,7 +3,7 @@
 It is saved as a PreTrainedTokenizerFast that AutoTokenizer loads; the command counts the lines with
 decode(encode(x)) != x and shows ten.
 
-    vanilla-transformer train-tokenizer --corpus ../shared/data/multi30k --vocab-size 8000 --output-dir outputs/tok
+    vanilla-transformer train-tokenizer --corpus multi30k --vocab-size 8000 --output-dir outputs/tok
 """
 
 import argparse
@@ -11,7 +11,9 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The corpus, the languages and the vocabulary."""
-    parser.add_argument("--corpus", default="builtin", help="'builtin', a folder of {split}.{lang} files, or a name")
+    parser.add_argument(
+        "--corpus", default="builtin", help="'multi30k', 'builtin', a folder of {split}.{lang} files or a datasets name"
+    )
     parser.add_argument("--dataset-config")
     parser.add_argument("--split", default="train")
     parser.add_argument("--source-lang", default="en")
