@@ -108,6 +108,16 @@ def test_download_multi30k_prints_the_folder_or_says_what_is_missing(tmp_path, c
         main(["download-multi30k", "--data-dir", str(tmp_path / "elsewhere")])
 
 
+def test_evaluate_without_multi30k_offline_says_how_to_get_it(model_folder, tmp_path, monkeypatch):
+    monkeypatch.delenv("VANILLA_TRANSFORMER_MULTI30K", raising=False)
+    monkeypatch.setenv("VANILLA_TRANSFORMER_CACHE", str(tmp_path / "cache"))  # empty: nothing downloaded yet
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # one line naming the problem and the ways out, not a traceback; nothing half-downloaded left behind
+    with pytest.raises(SystemExit, match=r"^error: Multi30kUnavailable: Multi30k is not on this machine.*download"):
+        main(["evaluate", "--model", str(model_folder), "--split", "test2016"])
+    assert not list((tmp_path / "cache").rglob("*.de"))
+
+
 def test_python_m_translates_stdin_as_the_library_does(model_folder):
     sources = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
     lines = [sources[0], "", *sources[1:]]

@@ -114,7 +114,8 @@ def test_faults_are_named_by_translate_and_evaluate(fault, good_folder, tmp_path
     (tmp_path / "test.en").write_text("a man rides a bike .\n")
     (tmp_path / "test.de").write_text("ein Mann fährt Rad .\n")
 
-    with pytest.raises(ModelFolderError, match=message) as raised:
+    # the command prints the message, not a traceback
+    with pytest.raises(SystemExit, match=f"^error: ModelFolderError: .*{message}") as raised:
         load_script("translate").main(["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"])
     assert file_name in str(raised.value) and str(folder) in str(raised.value)
     with pytest.raises(ModelFolderError, match=message):
@@ -156,14 +157,14 @@ def test_a_pickle_is_named_and_never_unpickled(good_folder, tmp_path, monkeypatc
     (tmp_path / "test.de").write_text("ein Hund rennt .\n")
 
     expected = r"pytorch_model.bin holds the weights as a pickle .* has no model.safetensors"
-    with pytest.raises(ModelFolderError, match=expected) as raised:
+    with pytest.raises(SystemExit, match=f"^error: ModelFolderError: .*{expected}") as raised:
         load_script("translate").main(["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"])
     assert "save_pretrained(folder) writes model.safetensors" in str(raised.value)  # the fix
     with pytest.raises(ModelFolderError, match=expected):
         evaluate_model_on_split(str(folder), "test", tmp_path, num_beams=1)
     monkeypatch.setattr(sys, "argv", ["evaluate_bleu.py", "--model", str(folder), "--split", "test",
                                       "--data-dir", str(tmp_path), "--num-beams", "1"])  # fmt: skip
-    with pytest.raises(ModelFolderError, match=expected):
+    with pytest.raises(SystemExit, match=f"^error: ModelFolderError: .*{expected}"):
         runpy.run_path(str(ROOT / "scripts" / "evaluate_bleu.py"), run_name="__main__")
     assert not marker.exists()
 

@@ -11,6 +11,7 @@ command with the same flags (`run_script`).
 """
 
 import argparse
+import sys
 from importlib import import_module
 from types import ModuleType
 
@@ -44,12 +45,25 @@ def _set_up(parser: argparse.ArgumentParser, command: ModuleType) -> None:
     parser.set_defaults(_run=command.run, _parser=parser)
 
 
+def _expected_errors() -> tuple[type[Exception], ...]:
+    """Failures whose message names the problem and the fix (a damaged model folder, settings a run cannot finish,
+    data that cannot be had): the command prints that message, not a traceback. Imported only when an exception
+    is on its way out, so that `--help` stays quick."""
+    from .data.multi30k import Multi30kUnavailable
+    from .integrity import ModelFolderError
+    from .settings_check import SettingsError
+
+    return Multi30kUnavailable, ModelFolderError, SettingsError
+
+
 def _run(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
     args = parser.parse_args(argv)
     try:
         args._run(args)
     except UsageError as error:
         args._parser.error(str(error))
+    except _expected_errors() as error:
+        sys.exit(f"error: {type(error).__name__}: {error}")
 
 
 def build_parser() -> argparse.ArgumentParser:
