@@ -5,8 +5,8 @@ The presets and their fields are in `vanilla_transformer/recipe.py`; every field
     vanilla-transformer train --preset multi30k --output-dir outputs/multi30k
     vanilla-transformer train --preset demo --output-dir outputs/demo          # built-in corpus, minutes on a CPU
     vanilla-transformer train --preset paper-base --corpus wmt14 --dataset-config de-en --output-dir outputs/base
-    accelerate launch --num_processes 8 scripts/train.py --preset paper-base --bf16 --output-dir outputs/base  # DDP
-    torchrun --nproc_per_node 2 scripts/train.py --preset demo --output-dir outputs/demo   # 2 CPU processes (gloo)
+    accelerate launch --num_processes 8 -m vanilla_transformer train --preset paper-base --bf16 --output-dir out/base
+    torchrun --nproc_per_node 2 -m vanilla_transformer train --preset demo --output-dir outputs/demo  # 2 CPU processes
 
 Interrupted runs resume from their newest checkpoint when started again with the same --output-dir.
 """

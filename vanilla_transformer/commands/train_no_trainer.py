@@ -4,8 +4,8 @@ The loop is `vanilla_transformer/no_trainer.py`, the counterpart of transformers
 `vanilla-transformer train` runs the same recipe on Seq2SeqTrainer.
 
     vanilla-transformer train-no-trainer --preset demo --output-dir outputs/demo-nt                  # one process
-    accelerate launch --num_processes 8 scripts/train_no_trainer.py --preset paper-base --output-dir outputs/base
-    torchrun --nproc_per_node 2 scripts/train_no_trainer.py --preset demo --output-dir outputs/demo-nt   # CPU, gloo
+    accelerate launch --num_processes 8 -m vanilla_transformer train-no-trainer --preset paper-base --output-dir base
+    torchrun --nproc_per_node 2 -m vanilla_transformer train-no-trainer --preset demo --output-dir outputs/demo-nt
 
 Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state`) when started again with the same
 --output-dir.
