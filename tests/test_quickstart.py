@@ -9,6 +9,8 @@ def test_main_job_trains_scores_and_saves_a_remote_code_folder(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "held-out built-in pairs (500): BLEU" in printed
     assert "loads with trust_remote_code in a process without this package" in printed
+    # an installed wheel has no release folder: the step says it is skipped, it does not vanish
+    assert f"skipped translating real sentences with the released Multi30k model: {tmp_path / 'no-release'}" in printed
     assert 0 <= scores["bleu"]["score"] <= 100 and scores["bleu"]["signature"].startswith("nrefs:1")
     final = tmp_path / "demo" / "final"
     config = json.loads((final / "config.json").read_text())
