@@ -14,6 +14,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 # ids fixed to the model's defaults (`VanillaTransformerConfig`: pad 0, bos/decoder_start 1, eos 2)
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+# the byte-level BPE holds its special tokens and the 256 byte symbols before it learns any merge
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256
 # what `from_pretrained` records about the load itself in `init_kwargs`, and `save_pretrained` would write into
 # `tokenizer_config.json` for every later user of the saved folder (transformers 5.x)
 LOAD_TIME_KEYS = ("is_local", "local_files_only")
@@ -37,10 +39,10 @@ def train_joint_bpe(
     saved with the tokenizer), so it can neither end nor pad a sentence, and decodes back to itself.
     """
     specials = list(SPECIAL_TOKENS.values())
-    if vocab_size < len(specials) + 256:
+    if vocab_size < MIN_VOCAB_SIZE:
         raise ValueError(
             f"vocab_size={vocab_size} cannot hold the {len(specials)} special tokens and the 256 byte symbols; "
-            f"use at least {len(specials) + 256} (the paper: 37000 for WMT14 En-De, ~8000 suits Multi30k)."
+            f"use at least {MIN_VOCAB_SIZE} (the paper: 37000 for WMT14 En-De, ~8000 suits Multi30k)."
         )
     tokenizer = Tokenizer(models.BPE())
     if lowercase:
