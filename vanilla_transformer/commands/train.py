@@ -13,28 +13,15 @@ Interrupted runs resume from their newest checkpoint when started again with the
 
 import argparse
 
+from . import add_training_arguments
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset`, one flag per preset field, and the options of the run."""
-    from ..recipe import add_preset_arguments
-
-    add_preset_arguments(parser)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--source-lang", default="en")
-    parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
-    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
+    """`--preset`, one flag per preset field, the options both training commands share, and those of the run."""
+    add_training_arguments(parser)
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (Ampere GPUs and newer)")
     precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
-    parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
-    parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
-    )
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    parser.add_argument("--log-steps", type=int, default=50)
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
 
 

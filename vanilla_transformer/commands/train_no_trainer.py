@@ -13,31 +13,18 @@ Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state
 
 import argparse
 
+from . import add_training_arguments
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset`, one flag per preset field, and the options of the loop."""
-    from ..recipe import add_preset_arguments
-
-    add_preset_arguments(parser)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--source-lang", default="en")
-    parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
+    """`--preset`, one flag per preset field, the options both training commands share, and those of the loop."""
+    add_training_arguments(parser)
     parser.add_argument("--gradient-accumulation-steps", type=int, help="instead of --tokens-per-update")
-    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
     parser.add_argument(
         "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
     )
-    parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
-    parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
     parser.add_argument("--eval-batch-size", type=int, default=64, help="pairs per process and validation batch")
     parser.add_argument("--train-samples", type=int, help="train on the first N pairs only")
-    parser.add_argument("--log-steps", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
-    )
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
 
 
 def run(args: argparse.Namespace) -> None:
