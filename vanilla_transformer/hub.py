@@ -22,6 +22,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import list_checkpoints
+from .data.multi30k import COMMIT as MULTI30K_COMMIT
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
 CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
@@ -191,12 +192,15 @@ def render_model_card(
     environment = jinja2.Environment(
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined
     )
-    text = environment.from_string(CARD_TEMPLATE.read_text()).render(
+    text = environment.from_string(
+        CARD_TEMPLATE.read_text()
+    ).render(
         card_data=card_data.to_yaml(),
         name=name,
         repo_id=repo_id or f"your-name/{name}",  # where the folder is not pushed yet: the user's namespace
         dataset=dataset,
         dataset_title=title,
+        multi30k_commit=MULTI30K_COMMIT[:7],  # the files `multi30k_dir` downloads
         source_language=LANGUAGE_NAMES.get(source, source),
         target_language=LANGUAGE_NAMES.get(target, target),
         example=EXAMPLES.get(source, EXAMPLES["en"]),
