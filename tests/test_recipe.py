@@ -334,6 +334,15 @@ def test_settings_no_run_can_finish_are_refused_before_loading(train_function, f
     assert_refused(lambda: train_function(preset, tmp_path / "run", **options), expected, tmp_path / "run")
 
 
+@pytest.mark.parametrize("train_function", [train, train_no_trainer])
+def test_an_output_dir_that_is_a_file_is_refused_and_kept(train_function, tmp_path):
+    output = tmp_path / "notes.txt"
+    output.write_text("not a run\n")
+    with pytest.raises(SettingsError, match=r"--output-dir \S*notes.txt is a file, not a folder"):
+        train_function(get_training_preset("demo"), output)
+    assert output.read_text() == "not a run\n"
+
+
 @pytest.mark.parametrize(("fields", "expected"), REFUSED_WHEN_AVERAGING)
 def test_averaging_more_checkpoints_than_the_run_leaves_is_refused(fields, expected, tmp_path):
     preset = get_training_preset("demo", **fields)

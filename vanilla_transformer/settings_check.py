@@ -140,6 +140,8 @@ def check_settings(
         problems.append(f"{flag('threads', threads)}: give a number of threads of at least 1, or leave the flag out.")
     if dropout_ok:  # an invalid dropout would fail the model's config as well: one message is enough
         problems += _model_problems(preset)
+    if Path(output_dir).exists() and not Path(output_dir).is_dir():
+        problems.append(f"--output-dir {output_dir} is a file, not a folder: give a new folder, or the run's own.")
     _raise(problems)
 
     record_run_preset(output_dir, preset, resume, write=False)
