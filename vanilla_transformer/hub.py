@@ -26,7 +26,11 @@ from .data.multi30k import COMMIT as MULTI30K_COMMIT
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
 CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
-CODE_FILES = ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py")
+CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "generation_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+)
 AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
 # names under which PyTorch/NumPy/joblib write pickles; loading one runs arbitrary code, so none may be pushed
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
