@@ -19,31 +19,22 @@ from transformers import (
     StoppingCriteriaList,
     TemperatureLogitsWarper,
 )
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.decoding import translate
-from vanilla_transformer.modeling_vanilla_transformer import (
-    CACHE_OUTPUT_NAME,
-    PAPER_GENERATION_DEFAULTS,
-    VanillaTransformerIncrementalDecoder,
-    gnmt_length_penalty,
-)
+from vanilla_transformer.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
 from vanilla_transformer.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
+GENERATION_MODULE = "vanilla_transformer.generation_vanilla_transformer"
 
 
-def count_decoding_steps(model, monkeypatch) -> list:
-    """A list that grows by one per decoding step, cached (incremental decoder) or not (full forward)."""
+def count_decoding_steps(model) -> list:
+    """A list that grows by one per decoding step (one call of the output projection)."""
     steps = []
     model.lm_head.register_forward_hook(lambda *args: steps.append(1))
-    step = VanillaTransformerIncrementalDecoder.step
-
-    def counting_step(self, token_ids):
-        steps.append(1)
-        return step(self, token_ids)
-
-    monkeypatch.setattr(VanillaTransformerIncrementalDecoder, "step", counting_step)
     return steps
 
 
@@ -156,7 +147,7 @@ def test_beam_search_matches_a_hand_written_beam_search(num_beams, seed, scale, 
     )
     rows, scores = out.sequences.tolist(), out.sequences_scores.tolist()
     assert all(row[0] == BOS for row in rows)
-    steps = count_decoding_steps(model, monkeypatch)
+    steps = count_decoding_steps(model)
     lengths_seen = set()
     for index, source in enumerate(sources):
         expected, expected_steps = reference_beam_search(model, source, num_beams, 0.6, len(source) + offset)
@@ -194,7 +185,7 @@ def test_scores_are_log_probability_over_gnmt_penalty_and_hypotheses_are_sorted(
 def test_early_stopping_is_exact_and_saves_steps(monkeypatch):
     model = eos_prone_model(2)
     inputs = padded(random_sources([8, 5, 6, 3], seed=2))
-    steps = count_decoding_steps(model, monkeypatch)
+    steps = count_decoding_steps(model)
     common = {"num_return_sequences": 4, "return_dict_in_generate": True, "max_new_tokens_over_input": 10}
     early = model.generate(**inputs, early_stopping=True, **common)
     early_steps = len(steps)
@@ -280,13 +271,10 @@ def test_each_sentence_stops_at_its_own_input_length_plus_offset(route):
 
 
 def test_learned_positions_cap_the_output_limit_with_a_warning():
-    from transformers.testing_utils import CaptureLogger
-    from transformers.utils import logging
-
     model = tiny_model(position_encoding="learned", max_position_embeddings=8)
     sources = random_sources([2, 6], seed=7)
     never_ends = {"suppress_tokens": [PAD, EOS], "num_beams": 1}
-    with CaptureLogger(logging.get_logger(type(model).__module__)) as captured:
+    with CaptureLogger(logging.get_logger(GENERATION_MODULE)) as captured:
         out = model.generate(**padded(sources), max_new_tokens_over_input=3, **never_ends)
     # input + 3 is 5 and 9 tokens; the table holds 8 positions, the first of them taken by the start token
     assert [len([t for t in row[1:] if t != PAD]) for row in out.tolist()] == [5, 7]
@@ -306,11 +294,10 @@ def test_default_limit_is_input_length_plus_50():
 @pytest.mark.parametrize(
     ("route", "options", "hf_method"),
     [
-        ({"num_beams": 1}, {}, "_lean_greedy_search"),
-        ({"num_beams": 1}, {"lean_decoding": False}, "_sample"),
+        ({"num_beams": 1}, {}, "_sample"),
         ({"length_penalty_form": "hf"}, {}, "_beam_search"),
     ],
-    ids=["greedy", "greedy-transformers-loop", "hf-beam"],
+    ids=["greedy", "hf-beam"],
 )
 def test_greedy_and_hf_form_use_transformers_generate(monkeypatch, route, options, hf_method):
     model = eos_prone_model(6)
@@ -396,41 +383,70 @@ def test_remote_code_decodes_the_papers_way_by_default(tmp_path):
     assert generate_without_package(tmp_path, inputs, max_new_tokens=12) == expected
 
 
-# --- clear errors for what the paper's beam search does not do ----------------------------------------------
+# --- every transformers beam-search option: run by the paper's beam search, or handed to transformers ------------
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    "kwargs",
     [
-        ({"do_sample": True}, r"do_sample=True \(beam sampling\)"),
-        ({"output_scores": True, "return_dict_in_generate": True}, r"output_scores=True"),
-        ({"output_attentions": True}, r"output_attentions=True"),
-        ({"max_time": 5.0}, r"max_time=5.0"),
-        ({"sequence_bias": {(5,): 1.0}}, r"SequenceBiasLogitsProcessor"),
-        ({"encoder_no_repeat_ngram_size": 2}, r"EncoderNoRepeatNGramLogitsProcessor"),
-        ({"logits_processor": LogitsProcessorList([TemperatureLogitsWarper(0.5)])}, r"TemperatureLogitsWarper"),
-        ({"stopping_criteria": StoppingCriteriaList([MaxTimeCriteria(10.0)])}, r"stopping criterion MaxTimeCriteria"),
-        ({"prefix_allowed_tokens_fn": lambda batch_id, ids: [5]}, r"prefix_allowed_tokens_fn"),
+        {"sequence_bias": {(5,): -1.0}},
+        {"encoder_no_repeat_ngram_size": 2},
+        {"logits_processor": LogitsProcessorList([TemperatureLogitsWarper(0.5)])},
+        {"stopping_criteria": StoppingCriteriaList([MaxTimeCriteria(10.0)])},
+        {"max_time": 5.0},
+        {"prefix_allowed_tokens_fn": lambda batch_id, ids: [5, 6, EOS] if batch_id == 0 else [7, EOS]},
+    ],
+    ids=["sequence-bias", "encoder-no-repeat", "temperature", "max-time-criterion", "max-time", "prefix-fn"],
+)
+def test_paper_beam_search_applies_every_processor_and_criterion(kwargs, monkeypatch):
+    """Processors and criteria that read a row's place in the batch run on the whole batch, in transformers' layout,
+    and the result is what transformers' beam search gives when the two length penalties agree (α = 0)."""
+    model = eos_prone_model(5)
+    inputs = padded(random_sources([5, 3], seed=0))
+    calls = []
+    original = VanillaTransformerForConditionalGeneration._paper_beam_search
+    monkeypatch.setattr(
+        VanillaTransformerForConditionalGeneration,
+        "_paper_beam_search",
+        lambda *args, **kw: calls.append(1) or original(*args, **kw),
+    )
+    common = {"max_new_tokens": 6, "length_penalty": 0.0, "early_stopping": "never", "num_return_sequences": 2}
+    ours = model.generate(**inputs, **common, **kwargs)
+    assert calls == [1]
+    theirs = model.generate(**inputs, **common, **kwargs, length_penalty_form="hf")
+    # transformers pads after EOS with EOS when pad_token_id is 0 (`pad_token_id or eos_token_id`)
+    assert [generated_tokens(row) for row in ours.tolist()] == [generated_tokens(row) for row in theirs.tolist()]
+    if "prefix_allowed_tokens_fn" in kwargs:
+        assert set(ours[2:, 1:].flatten().tolist()) <= {7, EOS, PAD}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "mode"),
+    [
+        ({"do_sample": True}, "beam_sample"),
+        ({"num_beam_groups": 2, "diversity_penalty": 1.0}, "group_beam_search"),
+        ({"force_words_ids": [[7]]}, "constrained_beam_search"),
     ],
 )
-def test_unsupported_options_raise_with_the_fix(kwargs, message):
-    model = tiny_model()
-    with pytest.raises(ValueError, match=message) as error:
-        model.generate(**padded(random_sources([4], seed=0)), max_new_tokens=3, **kwargs)
-    assert "length_penalty_form='hf'" in str(error.value)
-    # the same options work with transformers' beam search (prefix functions, sequence bias, ...)
-    if not kwargs.get("do_sample"):
-        model.generate(**padded(random_sources([4], seed=0)), max_new_tokens=3, length_penalty_form="hf", **kwargs)
-
-
-@pytest.mark.parametrize("name", ["past_key_values", "cache"])  # the cache's name before and from transformers 5.24
-def test_continuing_from_a_cache_is_refused(name):
+def test_what_the_paper_beam_search_lacks_runs_in_transformers_with_one_warning(kwargs, mode):
+    """Beam sampling, diverse and constrained beams are transformers' (the last two live in Hub repos since v5 and
+    need `trust_remote_code`): our model behaves exactly as transformers' `generate` does, after one warning."""
     model = tiny_model()
     inputs = padded(random_sources([4], seed=0))
-    first = model.generate(**inputs, num_beams=1, max_new_tokens=2, return_dict_in_generate=True)
-    cache = getattr(first, CACHE_OUTPUT_NAME)
-    with pytest.raises(ValueError, match=rf"{name}=\.\.\. \(continuing a beam search from a cache\)"):
-        model.generate(**inputs, decoder_input_ids=first.sequences, **{name: cache})
+
+    def run(generate):
+        torch.manual_seed(0)
+        try:
+            return generate(model, **inputs, max_new_tokens=3, **kwargs)
+        except ValueError as error:  # transformers' own refusal (a Hub repo without trust_remote_code)
+            return str(error)
+
+    with CaptureLogger(logging.get_logger(GENERATION_MODULE)) as captured:
+        ours = run(VanillaTransformerForConditionalGeneration.generate)
+    warnings = [line for line in captured.out.splitlines() if "does not implement" in line]
+    assert len(warnings) == 1 and mode.replace("_", " ") in warnings[0] and "|Y|^α" in warnings[0]
+    theirs = run(GenerationMixin.generate)
+    assert ours == theirs if isinstance(ours, str) else torch.equal(ours, theirs)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache
-from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from vanilla_transformer import (
     VanillaTransformerConfig,
@@ -19,11 +19,8 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     sinusoidal_position_encoding,
 )
-from vanilla_transformer.modeling_vanilla_transformer import (
-    CACHE_OUTPUT_NAME,
-    VanillaTransformerAttention,
-    VanillaTransformerIncrementalDecoder,
-)
+from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
+from vanilla_transformer.hub import CODE_FILES
 from vanilla_transformer.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,14 +310,7 @@ def test_static_cache_and_continuing_from_a_cache_match_dynamic_decoding(batch):
 def test_cross_attention_keys_and_values_are_computed_once(batch, monkeypatch):
     model = tiny_model()
     calls = []
-    cross_key_projection = model.model.decoder.layers[0].encoder_attn.k_proj
-    project = VanillaTransformerAttention._project
-
-    def counting_project(states, *projections):
-        calls.extend(1 for projection in projections if projection is cross_key_projection)
-        return project(states, *projections)
-
-    monkeypatch.setattr(VanillaTransformerAttention, "_project", staticmethod(counting_project))
+    model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda *args: calls.append(1))
     out = model.generate(
         batch["input_ids"],
         attention_mask=batch["attention_mask"],
@@ -334,7 +324,7 @@ def test_cross_attention_keys_and_values_are_computed_once(batch, monkeypatch):
     assert isinstance(cache, EncoderDecoderCache)
     assert cache.self_attention_cache.get_seq_length() == 6
     assert cache.cross_attention_cache.get_seq_length() == batch["input_ids"].shape[1]
-    # the incremental decoder (greedy search without per-step outputs, the paper's beam search) projects it once too
+    # greedy search without per-step outputs and the paper's beam search project it once too
     for num_beams in (1, 4):
         calls.clear()
         model.generate(**batch_inputs(batch), num_beams=num_beams, max_new_tokens=6, min_new_tokens=6)
@@ -586,7 +576,7 @@ def test_saved_folder_has_code_and_auto_map(tmp_path, model):
     model.save_pretrained(tmp_path)
     names = set(os.listdir(tmp_path))
     assert {"config.json", "generation_config.json", "model.safetensors"} <= names
-    assert {"configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"} <= names
+    assert set(CODE_FILES) <= names
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in names)
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {
@@ -671,50 +661,58 @@ def test_deepcopy_keeps_backends_apart():
     ids=["paper", "pre-LN", "attention-bias", "learned-positions"],
 )
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_incremental_decoder_matches_the_full_forward(batch, overrides, attn_implementation):
-    """The lean decoding step (fused projections, static cache, transposed output projection) gives the logits of
-    the eager full forward within 1e-5 at every position, also after rows are reordered and dropped."""
+def test_cached_steps_match_the_full_forward(batch, overrides, attn_implementation):
+    """Decoding one position at a time with an `EncoderDecoderCache` gives the logits of the full forward within
+    1e-5 at every position, also after rows are reordered (`reorder_cache`, beams moving) and dropped
+    (`batch_select_indices`, sentences finishing), as the paper's beam search does between steps."""
     model = tiny_model(**overrides).eval()
     model.set_attn_implementation(attn_implementation)
+    # two hypotheses ("beams") per source sentence: rows 2i and 2i + 1 read source i
+    input_ids = batch["input_ids"].repeat_interleave(2, dim=0)
+    attention_mask = batch["attention_mask"].repeat_interleave(2, dim=0)
+    targets = torch.stack((batch["decoder_input_ids"], batch["decoder_input_ids"].roll(1, dims=0)), dim=1)
+    decoder_input_ids = targets.flatten(0, 1)
     with torch.no_grad():
         reference = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=batch["decoder_input_ids"],
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
         ).logits
-        encoder_states = model.get_encoder()(batch["input_ids"], attention_mask=batch["attention_mask"])[0]
-        length = batch["decoder_input_ids"].shape[1]
-        decoder = VanillaTransformerIncrementalDecoder(model, encoder_states, batch["attention_mask"], length)
-        rows = torch.arange(batch["input_ids"].shape[0])
-        for position in range(length):
-            logits = decoder.step(batch["decoder_input_ids"][rows, position])
-            torch.testing.assert_close(logits, reference[rows, position], rtol=1e-5, atol=1e-5)
-            if position == 1:  # a permutation (beams moving), then fewer rows (sentences finishing)
-                order = torch.flip(torch.arange(rows.shape[0]), [0])
-                decoder.select_rows(order)
+        encoder_outputs = model.get_encoder()(input_ids, attention_mask=attention_mask)
+        cache = None
+        rows = torch.arange(input_ids.shape[0])  # the row of `reference` each cache row continues
+        for position in range(decoder_input_ids.shape[1]):
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids[rows, position : position + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = getattr(out, CACHE_OUTPUT_NAME)
+            torch.testing.assert_close(out.logits[:, 0], reference[rows, position], rtol=1e-5, atol=1e-5)
+            if position == 1:  # beams trade places within their sentence: only the target side moves
+                order = torch.arange(rows.shape[0]).view(-1, 2).flip(1).flatten()
+                cache.self_attention_cache.reorder_cache(order)
                 rows = rows[order]
-            if position == 2:
-                decoder.select_rows(torch.tensor([0, 2]))
-                rows = rows[[0, 2]]
+            if position == 2:  # sentences 1 and 3 finish and leave
+                keep = torch.tensor([0, 1, 4, 5])
+                cache.batch_select_indices(keep)
+                rows = rows[keep]
+                encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0][keep])
+                attention_mask = attention_mask[keep]
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_lean_decoding_generates_what_transformers_loops_generate(batch, num_beams):
-    """Greedy search on the incremental decoder equals transformers' `_sample` with its dynamic cache, and the
-    paper's beam search equals itself without a cache, token for token, with EOS, padding and minimum lengths."""
+def test_cached_decoding_generates_what_uncached_decoding_generates(batch, num_beams):
+    """Greedy search and the paper's beam search give the same tokens with the cache as without, with EOS, padding,
+    minimum lengths and (beam search) sentences leaving the batch as they finish."""
     model = tiny_model().eval()
     inputs = batch_inputs(batch)
     for options in ({"max_new_tokens": 12}, {"max_new_tokens": 9, "min_new_tokens": 5}):
-        lean = model.generate(**inputs, num_beams=num_beams, **options)
-        if num_beams == 1:
-            reference = model.generate(**inputs, num_beams=1, lean_decoding=False, **options)
-        else:
-            reference = model.generate(**inputs, num_beams=num_beams, use_cache=False, **options)
-        assert torch.equal(lean, reference)
+        cached = model.generate(**inputs, num_beams=num_beams, **options)
+        assert torch.equal(cached, model.generate(**inputs, num_beams=num_beams, use_cache=False, **options))
     # EOS made likely, so that sentences finish at different steps and finished rows are padded or leave the batch
     with torch.no_grad():
         model.lm_head.weight[EOS] *= 6
-    lean = model.generate(**inputs, num_beams=num_beams, max_new_tokens=12)
-    fallback = {"lean_decoding": False} if num_beams == 1 else {"use_cache": False}
-    assert torch.equal(lean, model.generate(**inputs, num_beams=num_beams, max_new_tokens=12, **fallback))
-    assert (lean[:, 1:-1] == EOS).any()
+    cached = model.generate(**inputs, num_beams=num_beams, max_new_tokens=12)
+    assert torch.equal(cached, model.generate(**inputs, num_beams=num_beams, max_new_tokens=12, use_cache=False))
+    assert (cached[:, 1:-1] == EOS).any()

@@ -11,6 +11,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
+from vanilla_transformer.hub import CODE_FILES
 from vanilla_transformer.recipe import get_training_preset, read_run_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 from vanilla_transformer.tokenization import lowercases
@@ -21,12 +22,18 @@ RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
 
 def test_release_folder_is_hub_ready():
     names = {p.name for p in RELEASE.iterdir()}
-    expected = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "README.md",
-                "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"}  # fmt: skip
+    expected = {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "README.md",
+        *CODE_FILES,
+    }
     assert expected <= names
     assert (RELEASE / "model.safetensors").stat().st_size <= 20 * 2**20
     # the remote code users download is this checkout's, with its fixes (e.g. for transformers 5.24's `cache`)
-    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"):
+    for name in CODE_FILES:
         assert (RELEASE / name).read_text() == (REPO / "vanilla_transformer" / name).read_text(), (
             f"{RELEASE.name}/{name} differs from vanilla_transformer/{name}: copy it over"
         )
@@ -71,8 +78,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
         "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
-        "configuration_vanilla_transformer.py",
-        "modeling_vanilla_transformer.py",
+        *CODE_FILES,
     ):
         (model_files / name).write_bytes((RELEASE / name).read_bytes())
     run_preset = get_training_preset("multi30k", dropout=0.25).as_dict()

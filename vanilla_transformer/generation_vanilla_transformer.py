@@ -225,6 +225,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 criteria = MaxLengthPerSentenceCriteria(prompt_length + max_new_tokens_per_row)
                 kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), criteria])
 
+        if "static" in (resolved.cache_implementation or ""):
+            inputs, kwargs = self._pad_source_to_static_length(inputs, kwargs)
         if paper_beam_search:
             # transformers prepares the inputs (encoder output, beams, cache, logits processors), then calls it
             kwargs["custom_generate"] = functools.partial(
@@ -242,6 +244,33 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             if kwargs.get(name):
                 return f"{name}=..."
         return ""
+
+    def _pad_source_to_static_length(
+        self, inputs: torch.Tensor | None, kwargs: dict
+    ) -> tuple[torch.Tensor | None, dict]:
+        """Right-pad the source (masked) to the longest source this model has decoded with a static cache.
+
+        transformers sizes a static cross-attention cache to the source, so every shorter source would compile the
+        decoding step anew; padding keeps one shape. It changes no output: padded positions are masked out of every
+        attention, and the per-sentence length limits were taken from the unpadded source.
+        """
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        pad_token_id = self.config.pad_token_id
+        if input_ids is None or input_ids.dim() != 2 or input_ids.is_floating_point() or pad_token_id is None:
+            return inputs, kwargs
+        length = max(input_ids.shape[1], getattr(self, "_static_source_length", 0))
+        self._static_source_length = length
+        missing = length - input_ids.shape[1]
+        if missing == 0:
+            return inputs, kwargs
+        attention_mask = kwargs.get("attention_mask")
+        if attention_mask is None:  # as `generate` would infer it
+            attention_mask = input_ids.ne(pad_token_id).long()
+        kwargs = {**kwargs, "attention_mask": F.pad(attention_mask, (0, missing), value=0)}
+        input_ids = F.pad(input_ids, (0, missing), value=pad_token_id)
+        if inputs is not None:
+            return input_ids, kwargs
+        return None, {**kwargs, "input_ids": input_ids}
 
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
         """The number of non-padding source tokens of each sentence, from whatever `generate` was given."""
@@ -333,7 +362,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         running_scores = torch.zeros((batch_size, num_beams), device=device)
         running_scores[:, 1:] = -math.inf
         steps = longest - prompt_length
-        beam_indices = torch.full((batch_size, num_beams, steps), -1, dtype=torch.long, device=device)
+        beam_indices = torch.full((batch_size, num_beams, steps), -1, dtype=torch.int32, device=device)
         finished, finished_beam_indices = sequences.clone(), beam_indices.clone()
         finished_scores = torch.full((batch_size, num_beams), -math.inf, device=device)
         finished_lengths = torch.full((batch_size, num_beams), prompt_length, device=device)
@@ -360,13 +389,15 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         decoder_hidden_states = () if output_hidden_states else None
 
         active = torch.arange(batch_size, device=device)  # sentences still searched, in the cache's row order
+        done_sentences = torch.zeros(batch_size, dtype=torch.bool, device=device)
         cur_len = prompt_length
         past_length = cache.get_seq_length() if use_cache else 0
         while True:
             num_active = active.shape[0]
             running = sequences[active]
             flat_running = running[:, :, :cur_len].reshape(num_active * num_beams, cur_len)
-            outputs = (self.__call__ if cur_len - past_length > 1 else step_forward)(
+            # the first call fills the cross-attention cache, uncompiled, as transformers' loops do
+            outputs = (step_forward if past_length > 0 else self.__call__)(
                 encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
                 attention_mask=attention_mask,
                 decoder_input_ids=flat_running[:, past_length:] if use_cache else flat_running,
@@ -407,7 +438,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             ends = ends.view(num_active, num_candidates) | (cur_len >= max_lengths[active])[:, None]
             may_finish = ends & (torch.arange(num_candidates, device=device) < num_beams)
             new_scores = top_scores / gnmt_length_penalty(cur_len - prompt_length, alpha)
-            new_scores = new_scores.masked_fill(~may_finish, -math.inf)
+            new_scores = new_scores.masked_fill(~may_finish | done_sentences[active][:, None], -math.inf)
             merged_scores, keep = torch.cat((finished_scores[active], new_scores), dim=1).topk(num_beams, dim=1)
             finished_scores[active] = merged_scores
             finished[active] = torch.cat((finished[active], candidates), dim=1).gather(
@@ -433,7 +464,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 # lp at the longest remaining length bounds every future score (lp at the next length if α < 0)
                 penalty = max_penalty[active].clamp(min=gnmt_length_penalty(cur_len + 1 - prompt_length, alpha))
                 done |= next_scores[:, 0] / penalty <= finished_scores[active][:, -1]
-            if bool(done.all()):
+            done_sentences[active] |= done
+            if bool(done_sentences.all()):
                 break
             keep_rows = (~done).nonzero().squeeze(-1) if prune else torch.arange(num_active, device=device)
             rows = (keep_rows[:, None] * num_beams + next_source_beams[keep_rows]).view(-1)
