@@ -66,6 +66,7 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     assert set(report["speed"]) == {"train", "greedy_b1", "greedy_b32", "beam4_b8"}
     for job, by_model in report["speed"].items():
         expected = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
+        expected |= {benchmark.COMPILED} if job != "train" else set()
         assert set(by_model) == expected
         for result in by_model.values():
             assert len(result["seconds"]) == 2 and result["tokens_per_second"] > 0
@@ -74,6 +75,7 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     assert all(report["memory"][name] > 0 for name in benchmark.MODELS)
     assert report["peak_flops_per_second"] > 1e8
     assert "| greedy_b32 |" in done.stdout and "| peak training memory |" in done.stdout
+    assert f"{benchmark.COMPILED} tok/s" in done.stdout
 
 
 def test_flop_counts_follow_the_dimensions():

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationConfig, MarianConfig, MarianMTModel
+from transformers import CompileConfig, GenerationConfig, MarianConfig, MarianMTModel
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
 
 PAD, BOS, EOS = 0, 1, 2
 MODELS = ("vanilla", "marian", "torch")
+COMPILED = "vanilla_compiled"  # generation only: static cache, decoding step compiled
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,11 @@ def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) 
     return step
 
 
-def generate_fn(name: str, model: nn.Module, inputs: dict, new_tokens: int, num_beams: int) -> Callable[[], None]:
+def generate_fn(
+    name: str, model: nn.Module, inputs: dict, new_tokens: int, num_beams: int, compiled: bool = False
+) -> Callable[[], None]:
+    """One `generate` call (greedy or beam search) of exactly `new_tokens` tokens; `compiled`: with a static cache
+    and the decoding step compiled by `torch.compile` (`CompileConfig(fullgraph=True, dynamic=False)`)."""
     model.eval()
     if name == "torch":
         if num_beams > 1:
@@ -221,6 +226,10 @@ def generate_fn(name: str, model: nn.Module, inputs: dict, new_tokens: int, num_
     options = {"num_beams": num_beams, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
     if num_beams > 1:
         options.update(length_penalty=0.6, early_stopping=True)
+    if compiled:
+        compile_config = CompileConfig(fullgraph=True, dynamic=False)
+        compile_config._compile_all_devices = True  # transformers compiles on accelerators only, unless told
+        options.update(cache_implementation="static", compile_config=compile_config)
     return lambda: model.generate(**inputs, **options)
 
 
@@ -286,14 +295,28 @@ def run_speed(
     dtype: torch.dtype = torch.float32,
     attn_implementation: str = "sdpa",
     log: Callable[[str], None] = print,
+    compiled: bool = True,
 ) -> dict:
-    """tokens/s medians per workload and model; see the module docstring for what is counted."""
+    """tokens/s medians per workload and model; see the module docstring for what is counted. `compiled` adds
+    `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step."""
     device = torch.device(device)
     built = {name: build_model(name, config, attn_implementation).to(device) for name in models}
     if dtype != torch.float32:  # generation runs in the low precision itself; training uses autocast
         generators = {name: build_model(name, config, attn_implementation).to(device, dtype) for name in models}
     else:
         generators = built
+
+    def generation_fns(inputs: dict, num_beams: int) -> dict[str, Callable[[], None]]:
+        fns = {
+            name: generate_fn(name, model, inputs, workloads.new_tokens, num_beams)
+            for name, model in generators.items()
+            if num_beams == 1 or name != "torch"
+        }
+        if compiled and "vanilla" in generators:
+            vanilla = generators["vanilla"]
+            fns[COMPILED] = generate_fn("vanilla", vanilla, inputs, workloads.new_tokens, num_beams, compiled=True)
+        return fns
+
     train_batch = {
         k: v.to(device)
         for k, v in random_batch(
@@ -312,22 +335,14 @@ def run_speed(
         inputs = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=batch_size)
         inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
         flops = generation_flops(config, batch_size, workloads.generate_source_length, workloads.new_tokens)
-        jobs[f"greedy_b{batch_size}"] = (
-            batch_size * workloads.new_tokens,
-            flops,
-            {name: generate_fn(name, model, inputs, workloads.new_tokens, 1) for name, model in generators.items()},
-        )
+        jobs[f"greedy_b{batch_size}"] = (batch_size * workloads.new_tokens, flops, generation_fns(inputs, 1))
     inputs = random_batch(workloads.beam_batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=7)
     inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
     rows = workloads.beam_batch_size * workloads.num_beams
     jobs[f"beam{workloads.num_beams}_b{workloads.beam_batch_size}"] = (
         workloads.beam_batch_size * workloads.new_tokens,
         generation_flops(config, rows, workloads.generate_source_length, workloads.new_tokens),
-        {
-            name: generate_fn(name, model, inputs, workloads.new_tokens, workloads.num_beams)
-            for name, model in generators.items()
-            if name != "torch"
-        },
+        generation_fns(inputs, workloads.num_beams),
     )
 
     results: dict[str, dict] = {}
@@ -432,7 +447,7 @@ def ratios(results: dict, reference: str = "marian", subject: str = "vanilla") -
 def format_table(report: dict) -> str:
     """A Markdown table: tokens/s per model and workload, the share of the matmul peak, and vanilla / Marian."""
     speed, peak = report["speed"], report["peak_flops_per_second"]
-    models = [m for m in MODELS if any(m in by_model for by_model in speed.values())]
+    models = [m for m in (*MODELS, COMPILED) if any(m in by_model for by_model in speed.values())]
     header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " | vanilla / marian |"
     lines = [header, "|" + "---|" * (len(models) + 2)]
     for job, by_model in speed.items():
@@ -463,11 +478,12 @@ def run_benchmark(
     attn_implementation: str = "sdpa",
     memory: bool = True,
     log: Callable[[str], None] = print,
+    compiled: bool = True,
 ) -> dict:
     """Everything the README's table needs: speeds, ratios, the matmul peak, peak training memory, the machine."""
     peak = peak_matmul_flops(torch.device(device), dtype)
     log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
-    speed = run_speed(config, workloads, models, repeats, device, dtype, attn_implementation, log)
+    speed = run_speed(config, workloads, models, repeats, device, dtype, attn_implementation, log, compiled)
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine_description(device),

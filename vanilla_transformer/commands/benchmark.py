@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-batch-size", type=int, default=Workloads.train_batch_size)
     parser.add_argument("--new-tokens", type=int, default=Workloads.new_tokens)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
+    parser.add_argument(
+        "--no-compiled", action="store_true", help="skip decoding with a static cache and torch.compile"
+    )
     parser.add_argument("--output", default="benchmark.json", help="where the JSON report goes")
 
 
@@ -48,6 +51,7 @@ def run(args: argparse.Namespace) -> None:
         dtype=getattr(torch, args.dtype),
         attn_implementation=args.attn_implementation,
         memory=not args.no_memory,
+        compiled=not args.no_compiled,
     )
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(report))
