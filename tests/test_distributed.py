@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.data_loader import BatchSamplerShard
+from conftest import EOS, tiny_model
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
@@ -253,3 +254,19 @@ def test_data_errors_stop_every_process_by_itself(script, flags, error, tmp_path
         assert error in printed, printed[-4000:]
         assert not any(error in printed for error in GLOO_ERRORS), printed[-4000:]
     assert not list((tmp_path / "run").glob("checkpoint-*"))
+
+
+def test_paper_beam_search_keeps_processes_in_step_with_synced_gpus(tmp_path):
+    """Under FSDP or ZeRO-3 every process must run the same number of forwards; the process whose search ends first
+    keeps running dummy forwards until the other's ends, and each translates as it would alone."""
+    result = tmp_path / "generated.json"
+    launch(("tests/distributed_generate.py",), 2, str(result))
+    first, second = json.loads(result.read_text())
+    assert first["forwards"] == second["forwards"]
+    assert len(first["output"][0]) < len(second["output"][0])  # the first process was done sooner
+    model = tiny_model().eval()
+    with torch.no_grad():
+        model.model.shared.weight[EOS] *= 2.5
+    for process in (first, second):
+        alone = model.generate(input_ids=torch.tensor(process["source"]), max_new_tokens_over_input=2)
+        assert alone.tolist() == process["output"]

@@ -38,6 +38,8 @@ from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
+from transformers.integrations import is_deepspeed_zero3_enabled
+from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.utils import logging
 
@@ -155,8 +157,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         transformers' beam search (logits processors, stopping criteria, `num_return_sequences`, a decoder prompt,
         static caches and `compile_config`, `return_dict_in_generate` with `output_scores`, `output_logits`,
         `output_attentions`, `output_hidden_states`) and returns the same fields. What it does not implement (beam
-        sampling, diverse and constrained beam search, assisted decoding, a streamer, `decoder_inputs_embeds`,
-        `synced_gpus`) runs in transformers' own implementation, with its |Y|^α length penalty and one warning.
+        sampling, diverse and constrained beam search, assisted decoding, a streamer, `decoder_inputs_embeds`) runs in
+        transformers' own implementation, with its |Y|^α length penalty and one warning.
         """
         length_penalty_form = kwargs.pop("length_penalty_form", None)
         over_input = kwargs.pop("max_new_tokens_over_input", _UNSET)
@@ -228,9 +230,12 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         if "static" in (resolved.cache_implementation or ""):
             inputs, kwargs = self._pad_source_to_static_length(inputs, kwargs)
         if paper_beam_search:
-            # transformers prepares the inputs (encoder output, beams, cache, logits processors), then calls it
+            # transformers prepares the inputs (encoder output, beams, cache, logits processors), then calls it; it
+            # passes a callable none of its own loop arguments, so `synced_gpus` is bound here
             kwargs["custom_generate"] = functools.partial(
-                type(self)._paper_beam_search, max_new_tokens_per_row=max_new_tokens_per_row
+                type(self)._paper_beam_search,
+                max_new_tokens_per_row=max_new_tokens_per_row,
+                sync_processes=self._synced_gpus(kwargs.pop("synced_gpus", None)),
             )
         return super().generate(inputs, generation_config, **kwargs)
 
@@ -240,7 +245,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         mode = generation_config.get_generation_mode(kwargs.get("assistant_model"))
         if mode != GenerationMode.BEAM_SEARCH:
             return mode.value.replace("_", " ")
-        for name in ("streamer", "decoder_inputs_embeds", "synced_gpus"):
+        for name in ("streamer", "decoder_inputs_embeds"):
             if kwargs.get(name):
                 return f"{name}=..."
         return ""
@@ -272,6 +277,15 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             return input_ids, kwargs
         return None, {**kwargs, "input_ids": input_ids}
 
+    def _synced_gpus(self, synced_gpus: bool | None) -> bool:
+        """`synced_gpus` as `generate` resolves it: by default, on for FSDP and DeepSpeed ZeRO-3 on several processes,
+        whose forwards gather the weights from every process, so that all must run the same number of them."""
+        if synced_gpus is not None:
+            return synced_gpus
+        if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+            return False
+        return torch.distributed.get_world_size() > 1 and (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self))
+
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
         """The number of non-padding source tokens of each sentence, from whatever `generate` was given."""
         attention_mask = kwargs.get("attention_mask")
@@ -297,6 +311,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         generation_config: GenerationConfig,
         synced_gpus: bool = False,
         max_new_tokens_per_row: torch.Tensor | None = None,
+        sync_processes: bool | None = None,
         **model_kwargs,
     ) -> GenerateBeamEncoderDecoderOutput | torch.LongTensor:
         r"""
@@ -392,10 +407,23 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         done_sentences = torch.zeros(batch_size, dtype=torch.bool, device=device)
         cur_len = prompt_length
         past_length = cache.get_seq_length() if use_cache else 0
+        this_process_done = False
         while True:
+            if sync_processes:  # FSDP or ZeRO-3: every process runs as many forwards as the slowest one needs
+                still_running = torch.tensor(0.0 if this_process_done else 1.0, device=device)
+                torch.distributed.all_reduce(still_running)
+                if still_running.item() == 0.0:
+                    break
             num_active = active.shape[0]
             running = sequences[active]
             flat_running = running[:, :, :cur_len].reshape(num_active * num_beams, cur_len)
+            if this_process_done:  # a forward for the other processes' sake, its result unused
+                self(
+                    encoder_outputs=(encoder_hidden_states,),
+                    attention_mask=attention_mask,
+                    decoder_input_ids=flat_running,
+                )
+                continue
             # the first call fills the cross-attention cache, uncompiled, as transformers' loops do
             outputs = (step_forward if past_length > 0 else self.__call__)(
                 encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
@@ -466,6 +494,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 done |= next_scores[:, 0] / penalty <= finished_scores[active][:, -1]
             done_sentences[active] |= done
             if bool(done_sentences.all()):
+                this_process_done = True
+                if sync_processes:
+                    continue
                 break
             keep_rows = (~done).nonzero().squeeze(-1) if prune else torch.arange(num_active, device=device)
             rows = (keep_rows[:, None] * num_beams + next_source_beams[keep_rows]).view(-1)
