@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from vanilla_transformer.data.corpora import load_text_files, read_lines, tokenize_pairs
 from vanilla_transformer.decoding import translate
+from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
 from vanilla_transformer.integrity import write_checksums
-from vanilla_transformer.modeling_vanilla_transformer import CACHE_OUTPUT_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_LINE = "the small dog runs to the big house . " * 12  # ~100 tokens, beyond max_position_embeddings=16
@@ -236,7 +236,7 @@ def test_decoding_with_the_cache_matches_the_full_forward(drawn):
         cache, steps = None, []
         for position in range(decoder_input_ids.shape[1]):
             out = model(encoder_outputs=encoder_outputs, attention_mask=batch["attention_mask"],
-                        decoder_input_ids=decoder_input_ids[:, position : position + 1], past_key_values=cache,
+                        decoder_input_ids=decoder_input_ids[:, position : position + 1], **{CACHE_OUTPUT_NAME: cache},
                         use_cache=True)  # fmt: skip
             cache = getattr(out, CACHE_OUTPUT_NAME)
             steps.append(out.logits)

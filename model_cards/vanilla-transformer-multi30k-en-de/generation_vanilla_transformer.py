@@ -428,9 +428,10 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             outputs = (step_forward if past_length > 0 else self.__call__)(
                 encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
                 attention_mask=attention_mask,
-                decoder_input_ids=flat_running[:, past_length:] if use_cache else flat_running,
+                # contiguous: a view into `running` would have strides that change with the maximum length
+                decoder_input_ids=(flat_running[:, past_length:] if use_cache else flat_running).contiguous(),
                 decoder_attention_mask=decoder_attention_mask,
-                past_key_values=cache if use_cache else None,
+                **{CACHE_OUTPUT_NAME: cache if use_cache else None},
                 use_cache=use_cache,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,

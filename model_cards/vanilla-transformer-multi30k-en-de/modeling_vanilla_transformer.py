@@ -27,6 +27,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -45,6 +46,14 @@ REMOTE_AUTO_MAP = {
     "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
     "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
 }
+
+
+def cache_renamed(forward: Callable) -> Callable:
+    """transformers 5.24 renamed the decoder cache argument `past_key_values` to `cache`: from that release on, the old
+    name warns as in transformers' own models (`@deprecate_kwarg`); before it, `generate` passes the old name."""
+    if CACHE_OUTPUT_NAME == "cache":
+        return deprecate_kwarg("past_key_values", version="6.0.0", new_name="cache")(forward)
+    return forward
 
 
 def one_decoder_cache(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
@@ -510,6 +519,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
+    @cache_renamed
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -607,6 +617,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
 
+    @cache_renamed
     @can_return_tuple
     def forward(
         self,
@@ -648,8 +659,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs[0],
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            cache=cache,
+            **{CACHE_OUTPUT_NAME: one_decoder_cache(past_key_values, cache)},
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
@@ -700,6 +710,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerGenerationMix
             self.config.decoder_vocab_size = self.config.vocab_size
         return embeddings
 
+    @cache_renamed
     @can_return_tuple
     def forward(
         self,
@@ -740,8 +751,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerGenerationMix
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values,
-            cache=cache,
+            **{CACHE_OUTPUT_NAME: one_decoder_cache(past_key_values, cache)},
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

@@ -1,9 +1,12 @@
-"""transformers' own common model tests (`ModelTesterMixin`, `ConfigTester`) run on our model, as on any library
-model. `run.sh` beside this file fetches those tests from the transformers source distribution on PyPI; this
-module is the model-specific part, shaped like `tests/models/marian/test_modeling_marian.py`."""
+"""transformers' own common model tests (`ModelTesterMixin`, `GenerationTesterMixin`, `ConfigTester`) run on our
+model, as on any library model. `run.sh` beside this file brings those tests (from the transformers source
+distribution on PyPI, where `GenerationTesterMixin` is a stub, or from a transformers checkout's `tests/` folder);
+this module is the model-specific part, shaped like `tests/models/marian/test_modeling_marian.py`."""
 
 import unittest
+from unittest import mock
 
+from tests.generation.test_utils import GenerationTesterMixin
 from tests.test_configuration_common import ConfigTester
 from tests.test_modeling_common import ModelTesterMixin, ids_tensor
 from transformers.models.auto import modeling_auto
@@ -13,6 +16,7 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
+from vanilla_transformer.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS
 
 # The mixin finds label and head conventions by class name in the static mappings, which `Auto*.register` leaves.
 modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(
@@ -56,11 +60,15 @@ class VanillaTransformerModelTester:
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size).clamp(3)
         input_ids[:, -1] = config.eos_token_id
         decoder_input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        attention_mask = input_ids.ne(config.pad_token_id)
         inputs = {
             "input_ids": input_ids,
             "decoder_input_ids": decoder_input_ids,
-            "attention_mask": input_ids.ne(config.pad_token_id),
-            "decoder_attention_mask": decoder_input_ids.ne(config.pad_token_id),
+            "attention_mask": attention_mask,
+            # all ones, as in Marian's and Bart's testers: GenerationTesterMixin's continue-from-cache test extends a
+            # decoder mask at the end although `generate` put the decoder start token in front, which misaligns a
+            # mask that masks something
+            "decoder_attention_mask": attention_mask,
         }
         return config, inputs
 
@@ -68,8 +76,10 @@ class VanillaTransformerModelTester:
         return self.prepare_config_and_inputs()
 
 
-class VanillaTransformerModelTest(ModelTesterMixin, unittest.TestCase):
+class VanillaTransformerModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
     all_model_classes = (VanillaTransformerModel, VanillaTransformerForConditionalGeneration)
+    # what ModelTesterMixin derives from `can_generate()`, spelled out
+    all_generative_model_classes = (VanillaTransformerForConditionalGeneration,)
     is_encoder_decoder = True
 
     def setUp(self):
@@ -78,3 +88,13 @@ class VanillaTransformerModelTest(ModelTesterMixin, unittest.TestCase):
 
     def test_config(self):
         self.config_tester.run_common_tests()
+
+    if hasattr(GenerationTesterMixin, "test_generate_continue_from_past_key_values"):  # not in the stub
+
+        def test_generate_continue_from_past_key_values(self):
+            # The mixin generates with the model's default decoding and continues from the cache it returns, which
+            # assumes transformers' default, greedy search: a beam search (the paper's or transformers' own) returns
+            # the cache of its running beams, not of the sequences it returns, so it cannot be continued. The test
+            # runs as the mixin has it, with the paper's defaults but one beam.
+            with mock.patch.dict(PAPER_GENERATION_DEFAULTS, {"num_beams": 1}):
+                super().test_generate_continue_from_past_key_values()
