@@ -101,17 +101,17 @@ def test_scores_reconstruct_the_sequence_scores():
 def test_compiled_static_cache_decoding_matches_eager_and_compiles_once(num_beams):
     """Greedy search (transformers' loop) and the paper's beam search with `cache_implementation="static"` and
     `CompileConfig(fullgraph=True, dynamic=False)`: the tokens of eager decoding, and no new graph for a shorter
-    source of the same batch size (the source is padded, masked, to the longest one seen)."""
+    source of the same batch size (the source is padded, masked, to the longest one seen) or fewer new tokens."""
     model = tiny_model().eval()
     compile_config = CompileConfig(fullgraph=True, dynamic=False)
     compile_config._compile_all_devices = True  # transformers compiles on accelerators only, unless told
     compiled = {"cache_implementation": "static", "compile_config": compile_config, "num_beams": num_beams}
     counters.clear()
-    for length, seed in ((9, 0), (6, 1), (3, 2), (9, 3)):
+    for length, seed, new_tokens in ((9, 0, 8), (6, 1, 8), (3, 2, 8), (9, 3, 8), (9, 4, 5)):
         inputs = sources(2, length, seed)
-        eager = model.generate(**inputs, num_beams=num_beams, max_new_tokens=8)
-        assert torch.equal(model.generate(**inputs, max_new_tokens=8, **compiled), eager), length
-        if length == 9 and seed == 0:
+        eager = model.generate(**inputs, num_beams=num_beams, max_new_tokens=new_tokens)
+        assert torch.equal(model.generate(**inputs, max_new_tokens=new_tokens, **compiled), eager), length
+        if seed == 0:
             graphs = counters["stats"]["unique_graphs"]
             assert graphs >= 1  # the decoding step was compiled
     assert counters["stats"]["unique_graphs"] == graphs  # and never again
