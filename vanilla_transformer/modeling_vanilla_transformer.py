@@ -252,10 +252,8 @@ class VanillaTransformerAttention(nn.Module):
         else:
             key_value_states = key_value_states if is_cross_attention else hidden_states
             key_value_shape = (*key_value_states.shape[:-1], -1, self.head_dim)
-            key_states = self.k_proj(key_value_states).view(key_value_shape)
-            value_states = self.v_proj(key_value_states).view(key_value_shape)
-            key_states = key_states.transpose(1, 2)  # (B, h, T_k, d_k)
-            value_states = value_states.transpose(1, 2)
+            key_states = self.k_proj(key_value_states).view(key_value_shape).transpose(1, 2)  # (B, h, T_k, d_k)
+            value_states = self.v_proj(key_value_states).view(key_value_shape).transpose(1, 2)
             if cache is not None:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):
