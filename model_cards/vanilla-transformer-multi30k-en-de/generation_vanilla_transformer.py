@@ -24,20 +24,7 @@ from transformers import (
     StoppingCriteriaList,
     StopStringCriteria,
 )
-from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerationMode
-from transformers.generation.logits_process import (
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
-    InfNanRemoveLogitsProcessor,
-    LogitNormalization,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-    NoBadWordsLogitsProcessor,
-    NoRepeatNGramLogitsProcessor,
-    RepetitionPenaltyLogitsProcessor,
-    SuppressTokensAtBeginLogitsProcessor,
-    SuppressTokensLogitsProcessor,
-)
+from transformers.generation import GenerateBeamEncoderDecoderOutput, GenerationMode, logits_process
 from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
@@ -69,17 +56,17 @@ CACHE_OUTPUT_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ e
 # the batch: with only these, sentences whose search is over leave the batch and the cache. Any other runs too, on
 # the whole batch in transformers' row layout.
 ROW_INDEPENDENT_LOGITS_PROCESSORS = (
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
-    InfNanRemoveLogitsProcessor,
-    LogitNormalization,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-    NoBadWordsLogitsProcessor,
-    NoRepeatNGramLogitsProcessor,
-    RepetitionPenaltyLogitsProcessor,
-    SuppressTokensAtBeginLogitsProcessor,
-    SuppressTokensLogitsProcessor,
+    logits_process.ForcedBOSTokenLogitsProcessor,
+    logits_process.ForcedEOSTokenLogitsProcessor,
+    logits_process.InfNanRemoveLogitsProcessor,
+    logits_process.LogitNormalization,
+    logits_process.MinLengthLogitsProcessor,
+    logits_process.MinNewTokensLengthLogitsProcessor,
+    logits_process.NoBadWordsLogitsProcessor,
+    logits_process.NoRepeatNGramLogitsProcessor,
+    logits_process.RepetitionPenaltyLogitsProcessor,
+    logits_process.SuppressTokensAtBeginLogitsProcessor,
+    logits_process.SuppressTokensLogitsProcessor,
 )
 ROW_INDEPENDENT_STOPPING_CRITERIA = (EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria)
 
