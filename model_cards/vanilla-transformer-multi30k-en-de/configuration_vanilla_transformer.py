@@ -71,6 +71,9 @@ class VanillaTransformerConfig(PretrainedConfig):
         init_std: None initializes as tensor2tensor and fairseq do (embeddings N(0, d_model^-0.5), projections
             Glorot-uniform; the paper does not say); a float initializes every weight from N(0, init_std) as Bart.
         layer_norm_eps: LayerNorm epsilon (the paper does not say; tensor2tensor uses 1e-6).
+        tokenizer_fingerprint: a digest of the tokenizer the model was trained with (vocabulary and special tokens),
+            recorded by training so that a folder holding another tokenizer is refused when loaded; None when not
+            recorded.
     """
 
     model_type = "vanilla_transformer"
@@ -103,6 +106,7 @@ class VanillaTransformerConfig(PretrainedConfig):
     tie_word_embeddings: bool = True
     init_std: float | None = None
     layer_norm_eps: float = 1e-6
+    tokenizer_fingerprint: str | None = None
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
