@@ -3,7 +3,7 @@ and decoding with a static cache compiles once (`torch.compile`, `CompileConfig(
 
 import pytest
 import torch
-from conftest import EOS, VOCAB, tiny_model
+from conftest import EOS, PAD, VOCAB, tiny_model
 from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
@@ -115,3 +115,51 @@ def test_compiled_static_cache_decoding_matches_eager_and_compiles_once(num_beam
             graphs = counters["stats"]["unique_graphs"]
             assert graphs >= 1  # the decoding step was compiled
     assert counters["stats"]["unique_graphs"] == graphs  # and never again
+
+
+def padded_batch(sources: list[list[int]], side: str) -> dict:
+    width = max(len(source) for source in sources)
+    input_ids = torch.full((len(sources), width), PAD)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, source in enumerate(sources):
+        columns = slice(0, len(source)) if side == "right" else slice(width - len(source), width)
+        input_ids[row, columns], attention_mask[row, columns] = torch.tensor(source), 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def generated(row: list[int]) -> list[int]:
+    tokens = row[1:]
+    return tokens[: tokens.index(EOS) + 1] if EOS in tokens else [token for token in tokens if token != PAD]
+
+
+@pytest.mark.parametrize("num_beams", [1, 4], ids=["greedy", "paper-beam-search"])
+@pytest.mark.parametrize("side", ["right", "left", "left-without-mask"])
+def test_padding_never_changes_a_translation(side, num_beams):
+    """24 sentences of 1 to 12 tokens translated in one padded batch give what each gives alone: positions count
+    the tokens of the attention mask, not the padded index (fairseq's `make_positions`), and without a mask
+    `generate` derives it from the pad id as transformers does."""
+    model = tiny_model(3).eval()
+    with torch.no_grad():  # hypotheses end at varied lengths
+        model.model.shared.weight[EOS] *= 2.0
+    generator = torch.Generator().manual_seed(4)
+    lengths = torch.randint(1, 13, (24,), generator=generator).tolist()
+    sources = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in lengths]
+    batch = padded_batch(sources, side.removesuffix("-without-mask"))
+    if side.endswith("without-mask"):
+        batch.pop("attention_mask")
+    options = {"num_beams": num_beams, "max_new_tokens_over_input": 4}
+    together = [generated(row) for row in model.generate(**batch, **options).tolist()]
+    alone = [generated(model.generate(input_ids=torch.tensor([source]), **options)[0].tolist()) for source in sources]
+    assert together == alone
+    assert len({len(tokens) for tokens in alone}) > 3  # translations of many lengths
+
+
+def test_an_all_padding_row_is_refused_by_name():
+    model = tiny_model()
+    batch = padded_batch([[5, 6, EOS], [7, EOS]], "right")
+    batch["attention_mask"][1] = 0
+    with pytest.raises(ValueError, match=r"Source rows \[1\] are all padding"):
+        model.generate(**batch)
+    batch["input_ids"][1] = PAD
+    with pytest.raises(ValueError, match=r"Source rows \[1\] are all padding"):
+        model.generate(input_ids=batch["input_ids"], num_beams=1)

@@ -182,8 +182,16 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             paper_beam_search = not unsupported
 
         max_new_tokens_per_row = None
-        source_lengths = self._source_lengths(inputs, kwargs) if over_input is not None else None
-        if source_lengths is not None:
+        kwargs = self._with_source_padding_mask(inputs, kwargs)
+        source_lengths = self._source_lengths(inputs, kwargs)
+        if source_lengths is not None and bool((source_lengths == 0).any()):
+            rows = (source_lengths == 0).nonzero().flatten().tolist()
+            raise ValueError(
+                f"Source rows {rows} are all padding: there is nothing to translate, and a model would invent a "
+                f"sentence. Leave them out, or give each at least one token (the tokenizer encodes an empty line as "
+                f"just </s>)."
+            )
+        if source_lengths is not None and over_input is not None:
             max_new_tokens_per_row = source_lengths + over_input
             decoder_input_ids = kwargs.get("decoder_input_ids")
             prompt_length = decoder_input_ids.shape[-1] if decoder_input_ids is not None else 1
@@ -273,16 +281,33 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             return False
         return torch.distributed.get_world_size() > 1 and (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self))
 
+    def _with_source_padding_mask(self, inputs: torch.Tensor | None, kwargs: dict) -> dict:
+        """`kwargs` with the source's padding mask derived from the pad id where none was given, by the rule
+        transformers' `generate` applies to decoder-only models (pad id in the input, and not an EOS id): for an
+        encoder-decoder it derives none, and every pad token would then be read as a word."""
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        pad_token_id = self.generation_config.pad_token_id
+        if kwargs.get("attention_mask") is not None or input_ids is None or pad_token_id is None:
+            return kwargs
+        if input_ids.dim() != 2 or input_ids.is_floating_point() or not bool((input_ids == pad_token_id).any()):
+            return kwargs
+        eos_token_id = self.generation_config.eos_token_id
+        if pad_token_id in (eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]):
+            return kwargs
+        return {**kwargs, "attention_mask": input_ids.ne(pad_token_id).long()}
+
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
-        """The number of non-padding source tokens of each sentence, from whatever `generate` was given."""
+        """The number of non-padding source tokens of each sentence, from whatever `generate` was given (None for an
+        empty source, which the encoder refuses by name)."""
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if input_ids is not None and input_ids.dim() == 2 and input_ids.shape[1] == 0:
+            return None
         attention_mask = kwargs.get("attention_mask")
         if attention_mask is not None and attention_mask.dim() == 2:
             return attention_mask.long().sum(-1)
-        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         if input_ids is not None and input_ids.dim() == 2 and not input_ids.is_floating_point():
-            if self.config.pad_token_id is None:
-                return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
-            return (input_ids != self.config.pad_token_id).long().sum(-1)
+            # no mask, even derived (`_with_source_padding_mask`): the model reads every token
+            return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
         hidden_states = kwargs.get("inputs_embeds")
         if hidden_states is None and kwargs.get("encoder_outputs") is not None:
             hidden_states = kwargs["encoder_outputs"][0]

@@ -122,6 +122,15 @@ def check_shape(tensor: torch.Tensor | None, expected: tuple, name: str, allow_4
         raise ValueError(f"{name} must have shape ({names}), got {tuple(tensor.shape)}.")
 
 
+def positions_from_mask(attention_mask: torch.Tensor | None, seq_length: int) -> torch.Tensor | None:
+    """The position of each of the last `seq_length` tokens: the number of unmasked tokens before it, as fairseq's
+    `make_positions` counts, so that padding on either side leaves a sentence's positions (and translation) as they
+    are alone. None without a 2D padding mask: positions are then the indices."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        return None
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -seq_length:]
+
+
 class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
     """Fixed positional encodings of §3.5, added to the scaled embeddings; positions start at 0.
 
@@ -140,13 +149,18 @@ class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
     def compute(self, num_positions: int) -> torch.Tensor:
         return sinusoidal_position_encoding(num_positions, self.dim, self.interleaved)
 
-    def forward(self, seq_length: int, past_length: int | torch.Tensor = 0) -> torch.Tensor:
+    def forward(
+        self, seq_length: int, past_length: int | torch.Tensor = 0, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The encodings of positions `past_length` … `past_length + seq_length - 1`, `(seq_length, d_model)`, or of
+        `position_ids` (counted from the attention mask, none above those), `(batch_size, seq_length, d_model)`."""
         table = self.weight
         end = past_length + seq_length
         if isinstance(end, int) and end > table.shape[0]:
             table = self.compute(end).to(device=table.device, dtype=table.dtype)
-        position_ids = torch.arange(seq_length, device=table.device) + past_length
-        return F.embedding(position_ids, table)  # (seq_length, d_model)
+        if position_ids is None:
+            position_ids = torch.arange(seq_length, device=table.device) + past_length
+        return F.embedding(position_ids, table)
 
 
 class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
@@ -155,15 +169,21 @@ class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config.max_position_embeddings, config.d_model)
 
-    def forward(self, seq_length: int, past_length: int | torch.Tensor = 0) -> torch.Tensor:
+    def forward(
+        self, seq_length: int, past_length: int | torch.Tensor = 0, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if position_ids is None:
+            position_ids = torch.arange(seq_length, device=self.weight.device) + past_length
         end = past_length + seq_length
+        if isinstance(end, int) and end > self.num_embeddings and not is_torchdynamo_compiling():
+            end = int(position_ids.max()) + 1  # padding counts no position: the real end may lie lower
         if isinstance(end, int) and end > self.num_embeddings:
             raise ValueError(
                 f"The sequence reaches position {end - 1}, but learned positions exist only for "
                 f"max_position_embeddings={self.num_embeddings}; shorten the input or use "
                 f"position_encoding='sinusoidal', which extends to any length."
             )
-        return super().forward(torch.arange(seq_length, device=self.weight.device) + past_length)
+        return super().forward(position_ids)
 
 
 def positional_encoding(config: VanillaTransformerConfig) -> nn.Module:
@@ -482,7 +502,8 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         check_shape(attention_mask, (batch_size, seq_length), "attention_mask", allow_4d=True)
 
         # §3.4 and §3.5: scaled embeddings plus positions, then dropout on the sums (§5.4)
-        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(seq_length).to(inputs_embeds.dtype)
+        positions = self.embed_positions(seq_length, position_ids=positions_from_mask(attention_mask, seq_length))
+        hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
 
         attention_mask = create_bidirectional_mask(
@@ -568,7 +589,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        positions = self.embed_positions(seq_length, past_length).to(inputs_embeds.dtype)
+        position_ids = positions_from_mask(attention_mask, seq_length)
+        positions = self.embed_positions(seq_length, past_length, position_ids).to(inputs_embeds.dtype)
         hidden_states = inputs_embeds * self.embed_scale + positions
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
         for decoder_layer in self.layers:
