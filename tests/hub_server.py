@@ -109,6 +109,9 @@ class HubState:
         self.lock = threading.RLock()
         self._counter = itertools.count()
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status) of every request, for tests
+        # (repo_id, path) of every file a client offered to upload (preupload) or committed, for tests that check
+        # what was sent rather than what a repo ends up holding
+        self.uploads: list[tuple[str, str]] = []
 
     # -- storage
     def blob_path(self, sha256: str) -> Path:
@@ -212,6 +215,8 @@ class HubState:
                 path = value.get("path", "")
                 if not path or path.startswith("/") or ".." in path.split("/"):
                     raise HubError(HTTPStatus.BAD_REQUEST, f"invalid path {path!r}")
+                if key in ("file", "lfsFile"):
+                    self.uploads.append((repo.repo_id, path))
                 if key == "file":
                     data = base64.b64decode(value["content"])
                     if len(data) > LFS_THRESHOLD:
@@ -548,6 +553,7 @@ class HubHandler(BaseHTTPRequestHandler):
             commit = self.state.resolve(repo, revision)
         answer = []
         for item in files:
+            self.state.uploads.append((repo_id, item["path"]))
             mode = self.state.upload_mode(commit, item["path"], item["size"])
             remote = commit.files.get(item["path"])
             oid = None if remote is None else (remote.sha256 if remote.lfs else remote.git_oid)

@@ -44,3 +44,13 @@ def test_checkpoints_of_different_models_are_refused(tmp_path):
     with pytest.raises((ValueError, RuntimeError)):
         average_checkpoints(tmp_path, tmp_path / "final", last=2)
     assert not (tmp_path / "final").exists()
+
+
+def test_averaging_names_the_architecture_fields_that_differ(tmp_path):
+    tiny_model().save_pretrained(tmp_path / "checkpoint-1")
+    tiny_model(encoder_ffn_dim=128, normalize_before=True).save_pretrained(tmp_path / "checkpoint-2")
+    with pytest.raises(ValueError, match=r"differ in encoder_ffn_dim: 64 vs 128; normalize_before: False vs True"):
+        average_checkpoints(tmp_path, tmp_path / "final", last=2)
+    # training settings (dropout) may differ between the checkpoints of a run
+    tiny_model(encoder_ffn_dim=128, normalize_before=True, dropout=0.3).save_pretrained(tmp_path / "checkpoint-3")
+    average_checkpoints(tmp_path, tmp_path / "final", last=2)

@@ -6,6 +6,7 @@ come from the package data."""
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,8 +95,12 @@ def test_arguments_that_do_not_go_together_print_the_usage(capsys):
     assert "usage: vanilla-transformer evaluate" in error and error.endswith("error: --model needs --split\n")
 
 
-def test_evaluate_and_release_leave_the_data_folder_to_the_data_stage():
-    for argv in (["evaluate", "--model", "m", "--split", "valid"], ["release", "--run-dir", "r", "--output-dir", "o"]):
+def test_evaluate_and_release_leave_the_data_folder_to_the_data_stage(tmp_path):
+    run_dir = str(tmp_path)  # --run-dir must exist
+    for argv in (
+        ["evaluate", "--model", "m", "--split", "valid"],
+        ["release", "--run-dir", run_dir, "--output-dir", "o"],
+    ):
         assert build_parser().parse_args(argv).data_dir is None
 
 
@@ -104,17 +109,24 @@ def test_download_multi30k_prints_the_folder_or_says_what_is_missing(tmp_path, c
         (tmp_path / name).write_text("A dog.\n" if name.endswith("en") else "Ein Hund.\n")
     main(["download-multi30k", "--data-dir", str(tmp_path)])
     assert capsys.readouterr().out == f"{tmp_path}\n"
-    with pytest.raises(SystemExit, match=r"^error: data_dir=\S*elsewhere "):
+    (tmp_path / "elsewhere").mkdir()  # a folder without the files (a missing one is refused by the parser)
+    with pytest.raises(SystemExit) as exited:
         main(["download-multi30k", "--data-dir", str(tmp_path / "elsewhere")])
+    assert exited.value.code == 2  # a user error
+    assert re.match(r"^error: data_dir=\S*elsewhere ", capsys.readouterr().err)
 
 
-def test_evaluate_without_multi30k_offline_says_how_to_get_it(model_folder, tmp_path, monkeypatch):
+def test_evaluate_without_multi30k_offline_says_how_to_get_it(model_folder, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("VANILLA_TRANSFORMER_MULTI30K", raising=False)
     monkeypatch.setenv("VANILLA_TRANSFORMER_CACHE", str(tmp_path / "cache"))  # empty: nothing downloaded yet
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     # one line naming the problem and the ways out, not a traceback; nothing half-downloaded left behind
-    with pytest.raises(SystemExit, match=r"^error: Multi30kUnavailable: Multi30k is not on this machine.*download"):
+    with pytest.raises(SystemExit) as exited:
         main(["evaluate", "--model", str(model_folder), "--split", "test2016"])
+    assert exited.value.code == 2  # a user error
+    error = capsys.readouterr().err
+    assert re.match(r"^error: Multi30kUnavailable: Multi30k is not on this machine.*download", error)
+    assert "Traceback" not in error
     assert not list((tmp_path / "cache").rglob("*.de"))
 
 

@@ -250,7 +250,7 @@ def test_data_errors_stop_every_process_by_itself(script, flags, error, tmp_path
     ]
     for process in processes:
         printed, _ = process.communicate(timeout=300)
-        assert process.returncode == 1, printed[-4000:]
+        assert process.returncode == 2, printed[-4000:]
         assert error in printed, printed[-4000:]
         assert not any(error in printed for error in GLOO_ERRORS), printed[-4000:]
     assert not list((tmp_path / "run").glob("checkpoint-*"))

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import runpy
 import shutil
 import subprocess
@@ -23,9 +24,11 @@ import pytest
 import torch
 from conftest import HUB, HUB_USER, tiny_config, tiny_model
 from huggingface_hub import HfApi, ModelCard, hf_hub_download, snapshot_download
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main as cli_main
 from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
 from vanilla_transformer.evaluation import compute_metrics_for_trainer
 from vanilla_transformer.hub import (
@@ -35,11 +38,13 @@ from vanilla_transformer.hub import (
     HubPushError,
     card_for_folder,
     find_pickles,
+    plan_push,
     push_folder,
     render_model_card,
     training_hyperparameters,
     validate_folder,
 )
+from vanilla_transformer.integrity import write_checksums
 from vanilla_transformer.recipe import VanillaTransformerTrainer, get_training_preset, label_smoothed_loss
 from vanilla_transformer.remote_code import _BLOCK_PACKAGE, translate_without_package
 
@@ -47,6 +52,17 @@ REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
 SENTENCES = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
 STEPS = 150  # enough for German-looking output that differs from sentence to sentence
+# what save_pretrained, tokenizer.save_pretrained, a card and write_checksums leave in a folder: a push sends all of it
+MODEL_FOLDER_FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model.safetensors.sha256",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "README.md",
+    *CODE_FILES,
+}
 
 
 def local_translations(folder: Path, sentences: list[str] = SENTENCES) -> dict:
@@ -63,6 +79,59 @@ def save_model_folder(source: Path, destination: Path, card_from: Path) -> Path:
     AutoTokenizer.from_pretrained(source).save_pretrained(destination)
     shutil.copy(card_from / "README.md", destination / "README.md")
     return destination
+
+
+def exit_message(stop: pytest.ExceptionInfo, capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """The exit status and the `error: ...` text of a command that ended with SystemExit: the CLI prints a command's
+    `sys.exit("error: ...")` and exits with status 2 (the message may also travel in the SystemExit itself)."""
+    code = stop.value.code
+    if isinstance(code, str):
+        return 1, code
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def push_command(capsys: pytest.CaptureFixture, *argv: str) -> SimpleNamespace:
+    """`vanilla-transformer push ARGV` in this process: its exit status, stdout, and the error line (if any)."""
+    try:
+        cli_main(["push", *argv])
+    except SystemExit as stop:
+        captured = capsys.readouterr()
+        code, error = (1, stop.code) if isinstance(stop.code, str) else (stop.code, captured.err.strip())
+        return SimpleNamespace(code=code, out=captured.out, error=error.splitlines()[-1] if error else "", err=error)
+    captured = capsys.readouterr()
+    return SimpleNamespace(code=0, out=captured.out, error="", err=captured.err)
+
+
+def hub_activity() -> tuple:
+    """What the Hub stand-in has seen so far: requests, offered or committed files, repos."""
+    return len(HUB.state.requests), len(HUB.state.uploads), set(HUB.state.repos)
+
+
+def uploaded_paths(repo_id: str) -> set[str]:
+    """Every path a client offered or committed to `repo_id`."""
+    return {path for repo, path in HUB.state.uploads if repo == repo_id}
+
+
+@pytest.fixture(scope="module")
+def model_folder(builtin_tokenizer, tmp_path_factory) -> Path:
+    """A complete folder of an untrained tiny model (model, tokenizer, code files, card, the weights' checksum)."""
+    folder = tmp_path_factory.mktemp("model") / "model"
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(builtin_tokenizer)))
+    model.save_pretrained(folder)
+    builtin_tokenizer.save_pretrained(folder)
+    training = {"summary": "untrained", "hyperparameters": training_hyperparameters(model.config.to_dict())}
+    results = {"valid": {"sacrebleu": 0.0, "chrf": 0.0}}
+    render_model_card("tiny", results, training, dataset="builtin-en-de-grammar").save(folder / "README.md")
+    write_checksums(folder)
+    assert {path.name for path in folder.iterdir()} == MODEL_FOLDER_FILES
+    return folder
+
+
+@pytest.fixture
+def folder(model_folder, tmp_path) -> Path:
+    """A fresh copy of `model_folder` for one test to change."""
+    return shutil.copytree(model_folder, tmp_path / "model")
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +329,9 @@ def test_every_pushed_repo_loads_by_repo_id_without_the_package(run, script_push
     assert dict(zip(models, loaded, strict=True)) == dict(zip(models, expected, strict=True))
 
 
-def test_wrong_token_or_missing_repo_fail_clearly_and_leave_the_remote_unchanged(run, script_push, api, monkeypatch):
+def test_wrong_token_or_missing_repo_fail_clearly_and_leave_the_remote_unchanged(
+    run, script_push, api, monkeypatch, capsys
+):
     repo_id = script_push.repo_id
 
     def remote_state() -> tuple:
@@ -272,8 +343,10 @@ def test_wrong_token_or_missing_repo_fail_clearly_and_leave_the_remote_unchanged
     script = REPO / "scripts" / "push_to_hub.py"
     monkeypatch.setattr(sys, "argv", [str(script), str(run.final), "--repo-id", repo_id])
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_token")
-    with pytest.raises(SystemExit, match=r"^error: the Hub at .* refused the token \(401: invalid credentials\)"):
+    with pytest.raises(SystemExit) as stop:
         runpy.run_path(str(script), run_name="__main__")
+    code, message = exit_message(stop, capsys)
+    assert code != 0 and re.match(r"error: the Hub at .* refused the token \(401: invalid credentials\)", message)
     monkeypatch.undo()
     with pytest.raises(HubPushError, match="refused the token"):
         push_folder(run.final, repo_id, token="hf_not_a_token", create_pr=True)
@@ -390,3 +463,166 @@ def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_war
     assert completed.stderr.strip() == "", completed.stderr[-3000:]  # no "[y/N]" prompt, no warning
     (translation,) = ast.literal_eval(completed.stdout.strip().splitlines()[-1])
     assert translation.startswith("Ein Hund")
+
+
+# -- a push sends only the model --------------------------------------------------------------------------------------
+
+
+def test_a_push_sends_only_the_model_and_names_what_it_leaves_out(folder, tmp_path, api, capsys):
+    """A training folder's extras stay behind, are named in one line, and never reach the Hub, not even offered."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("a private key")
+    (folder / "credentials.json").write_text(json.dumps({"token": "hf_secret"}))
+    (folder / "runs" / "Nov25").mkdir(parents=True)
+    (folder / "runs" / "Nov25" / "events.out.tfevents.1.host").write_bytes(b"\x00" * 64)
+    save_file({"exp_avg": torch.zeros(4, 4)}, folder / "optimizer.safetensors")  # optimizer state, not a pickle
+    (folder / "notes.txt").write_text("lr 3e-3 diverged at step 900")
+    (folder / "secrets").symlink_to(outside, target_is_directory=True)  # a link out of the folder, not allowlisted
+    # a link inside the folder to a file inside it is read like the file
+    (folder / "backup").mkdir()
+    (folder / "tokenizer.json").rename(folder / "backup" / "tokenizer.json")
+    (folder / "tokenizer.json").symlink_to(Path("backup") / "tokenizer.json")
+    repo_id = f"{HUB_USER}/only-the-model"
+
+    pushed = push_command(capsys, str(folder), "--repo-id", repo_id)
+    assert pushed.code == 0, pushed.err
+    left_out = [line for line in pushed.out.splitlines() if line.startswith("left out")]
+    assert left_out == [
+        "left out (not part of a model repo): backup/, credentials.json, notes.txt, optimizer.safetensors, runs/, "
+        "secrets (a link out of the folder)"
+    ]
+    assert uploaded_paths(repo_id) == MODEL_FOLDER_FILES  # nothing else was even offered
+    assert set(api.list_repo_files(repo_id)) == MODEL_FOLDER_FILES | {".gitattributes"}
+    downloaded = hf_hub_download(repo_id, "tokenizer.json")
+    assert Path(downloaded).read_bytes() == (folder / "backup" / "tokenizer.json").read_bytes()
+
+
+def test_a_dry_run_lists_exactly_the_files_a_push_sends_and_sends_nothing(folder, capsys):
+    (folder / "README.md").unlink()  # the card is rendered from results.json, and not written by a dry run
+    shutil.copy(RELEASE / "results.json", folder / "results.json")
+    (folder / "credentials.json").write_text("{}")
+    (folder / "runs").mkdir()
+    (folder / "runs" / "log.txt").write_text("step 1")
+    repo_id = f"{HUB_USER}/dry-run"
+    card = str(card_for_folder(folder, repo_id)).encode()
+    expected = {path.name: path.stat().st_size for path in folder.iterdir() if path.name in MODEL_FOLDER_FILES}
+    expected |= {"results.json": (folder / "results.json").stat().st_size, "README.md": len(card)}
+    before = hub_activity()
+
+    dry = push_command(capsys, str(folder), "--repo-id", repo_id, "--dry-run")
+    assert dry.code == 0, dry.err
+    assert hub_activity() == before  # not one request: no repo, no upload
+    assert not (folder / "README.md").exists()
+    listed = {}
+    for line in dry.out.splitlines():
+        if line.startswith("  "):
+            size, name = line.split()
+            listed[name] = int(size)
+    assert listed == expected
+    assert f"would send {len(expected)} file(s), {sum(expected.values())} bytes:" in dry.out
+    assert "left out (not part of a model repo): credentials.json, runs/" in dry.out
+    assert plan_push(folder, repo_id).files == expected
+
+    # the push itself sends exactly that list
+    pushed = push_command(capsys, str(folder), "--repo-id", repo_id)
+    assert pushed.code == 0, pushed.err
+    assert uploaded_paths(repo_id) == set(expected)
+    assert (folder / "README.md").read_bytes() == card  # a real push keeps the card it sent, as before
+
+
+def _set_one_weight(folder: Path, value: float) -> str:
+    """Put `value` into one weight of model.safetensors (its checksum rewritten to match); returns the tensor's name."""
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    name = sorted(key for key, tensor in tensors.items() if tensor.dim() == 2)[-1]
+    tensors[name].view(-1)[5] = value
+    save_file(tensors, path, metadata={"format": "pt"})
+    write_checksums(folder)
+    return name
+
+
+def _flip_a_tensor_byte(folder: Path) -> list[str]:
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # tensor data: the safetensors file stays well-formed, only its checksum notices
+    path.write_bytes(bytes(data))
+    return ["model.safetensors", "model.safetensors.sha256", "checksum"]
+
+
+def _nan_weight(folder: Path) -> list[str]:
+    name = _set_one_weight(folder, float("nan"))
+    return ["model.safetensors", repr(name), "1 NaN", "push a checkpoint saved before the loss became NaN"]
+
+
+def _inf_weight(folder: Path) -> list[str]:
+    name = _set_one_weight(folder, float("-inf"))
+    return ["model.safetensors", repr(name), "1 infinite", "push a checkpoint saved before the loss became NaN"]
+
+
+def _link_out_of_the_folder(folder: Path) -> list[str]:
+    outside = folder.parent / "elsewhere"
+    outside.mkdir()
+    (folder / "config.json").rename(outside / "config.json")
+    (folder / "config.json").symlink_to(outside / "config.json")
+    return ["config.json", f"a link to {outside / 'config.json'}, outside the folder", "copy the file into the folder"]
+
+
+def _modified_code(folder: Path) -> list[str]:
+    with (folder / "modeling_vanilla_transformer.py").open("a") as handle:
+        handle.write("\nimport os  # runs on every downloader's machine\n")
+    return ["modeling_vanilla_transformer.py", "trust_remote_code=True", "--allow-modified-code"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_flip_a_tensor_byte, _nan_weight, _inf_weight, _link_out_of_the_folder, _modified_code],
+    ids=["checksum-mismatch", "nan-weight", "inf-weight", "link-out-of-the-folder", "modified-code-file"],
+)
+def test_an_unsafe_folder_is_refused_in_one_line_and_nothing_reaches_the_hub(folder, damage, capsys):
+    expected = damage(folder)
+    repo_id = f"{HUB_USER}/refused-{damage.__name__.strip('_').replace('_', '-')}"
+    before = hub_activity()
+
+    refused = push_command(capsys, str(folder), "--repo-id", repo_id)
+    assert refused.code != 0
+    # one line, no traceback (transformers' "Loading weights" progress bar aside, from checking that the model loads)
+    assert [line for line in refused.err.splitlines() if not line.startswith("Loading weights")] == [refused.error]
+    assert refused.error.startswith(f"error: {folder} is not ready for the Hub; nothing was pushed: ")
+    for fragment in expected:
+        assert fragment in refused.error
+    assert hub_activity() == before  # refused before any request: no repo, no commit, no upload
+    assert repo_id not in HUB.state.repos
+    with pytest.raises(FolderNotReadyError) as error:  # the Python API refuses the same, with the same one problem
+        push_folder(folder, repo_id)
+    assert len(error.value.problems) == 1 and all(fragment in str(error.value) for fragment in expected)
+
+
+def test_modified_code_is_pushed_with_allow_modified_code_and_says_so(folder, capsys):
+    _modified_code(folder)
+    repo_id = f"{HUB_USER}/modified-code"
+    pushed = push_command(capsys, str(folder), "--repo-id", repo_id, "--allow-modified-code")
+    assert pushed.code == 0, pushed.err
+    assert "pushing modified code files (allowed): modeling_vanilla_transformer.py;" in pushed.out
+    downloaded = hf_hub_download(repo_id, "modeling_vanilla_transformer.py")
+    assert Path(downloaded).read_bytes() == (folder / "modeling_vanilla_transformer.py").read_bytes()
+    assert uploaded_paths(repo_id) == MODEL_FOLDER_FILES
+
+
+def test_a_sharded_model_sends_its_index_shards_and_their_checksums(builtin_tokenizer, model_folder, tmp_path):
+    folder = tmp_path / "sharded"
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_folder)
+    model.save_pretrained(folder, max_shard_size="100KB")
+    builtin_tokenizer.save_pretrained(folder)
+    shutil.copy(model_folder / "README.md", folder / "README.md")
+    write_checksums(folder)
+    shards = sorted(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values())
+    assert len(set(shards)) > 1
+    (folder / "model-00099-of-00099.safetensors").write_bytes((folder / shards[0]).read_bytes())  # not in the index
+
+    plan = plan_push(folder, f"{HUB_USER}/sharded")
+    weights = {"model.safetensors.index.json", *shards, *(shard + ".sha256" for shard in shards)}
+    assert set(plan.files) == MODEL_FOLDER_FILES - {"model.safetensors", "model.safetensors.sha256"} | weights
+    assert plan.left_out == ("model-00099-of-00099.safetensors",)
+    push_folder(folder, f"{HUB_USER}/sharded", plan=plan)
+    assert uploaded_paths(f"{HUB_USER}/sharded") == set(plan.files)

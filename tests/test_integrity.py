@@ -1,11 +1,14 @@
 """Corrupt and foreign model folders: every fault is injected into a real saved folder, loaded through the command
 lines (translate.py, evaluate_bleu.py) and the package (averaging), and must raise an error naming the file and the
-problem. A pickle is never unpickled."""
+problem. A pickle is never unpickled. Weights that cannot be right although their file is intact (NaN, Inf, flipped
+exponent bits, tensors removed, added or reshaped) and a tokenizer that is not the model's are refused too, and
+`translate` stops on a model that reaches it anyway."""
 
 import importlib.util
 import inspect
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -17,10 +20,22 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_model
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.checkpoints import average_checkpoints
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import evaluate_model_on_split
-from vanilla_transformer.integrity import ModelFolderError, load_model_and_tokenizer, write_checksums
+from vanilla_transformer.integrity import (
+    ModelFolderError,
+    check_loaded_weights,
+    load_model_and_tokenizer,
+    write_checksums,
+)
+from vanilla_transformer.recipe import TRAINING_PRESETS
+from vanilla_transformer.tokenization import tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.training import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,14 +47,46 @@ def load_script(name: str):
     return module
 
 
+def command_error(capsys, run) -> str:
+    """The `error: ...` line a command ends with (a user error: exit status 2, or a `sys.exit` message), not a
+    traceback."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as raised:
+        run()
+    if isinstance(raised.value.code, str):
+        return raised.value.code
+    assert raised.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def good_model(tokenizer, seed: int = 0):
+    """A tiny model for `tokenizer`, recording its fingerprint as `training.build_model` does."""
+    return tiny_model(
+        seed=seed,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=128,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+    )
+
+
 @pytest.fixture(scope="module")
 def good_folder(tmp_path_factory, builtin_tokenizer) -> Path:
-    """A folder as our tools write it: config, weights, checksum, tokenizer."""
+    """A folder as our tools write it: config (with the tokenizer's fingerprint), weights, checksum, tokenizer."""
     folder = tmp_path_factory.mktemp("good") / "model"
-    tiny_model(vocab_size=len(builtin_tokenizer), max_position_embeddings=128).save_pretrained(folder)
+    good_model(builtin_tokenizer).save_pretrained(folder)
     builtin_tokenizer.save_pretrained(folder)
     write_checksums(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer():
+    """Another run's tokenizer: trained on other text (the German side only), smaller than the model's vocabulary
+    and with the same special-token ids, so that only its fingerprint tells it apart."""
+    pairs = load_builtin("train")["translation"]
+    return train_joint_bpe([p["de"] for p in pairs], vocab_size=500)
 
 
 def edit_config(folder: Path, change) -> None:
@@ -69,8 +116,72 @@ def flip_header_bit(folder: Path) -> None:
 
 
 def small_model_large_tokenizer(folder: Path) -> None:
-    tiny_model().save_pretrained(folder)  # vocab_size 64, beside the 600-token tokenizer
+    tiny_model().save_pretrained(folder)  # vocab_size 64, beside the 600-token tokenizer; records no fingerprint
     write_checksums(folder)
+
+
+def resave_weights(folder: Path, change) -> None:
+    """Rewrite model.safetensors with `change(tensors)` applied, and its checksum: a fault made before the checksum was
+    written (by the process that saved the weights), which only the checks of the values can see."""
+    tensors = load_file(folder / "model.safetensors")
+    change(tensors)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    write_checksums(folder)
+
+
+def set_value(name: str, value: float):
+    def change(tensors: dict) -> None:
+        tensors[name].view(-1)[7] = value
+
+    return change
+
+
+def tensor_data(path: Path) -> dict[str, tuple[int, int]]:
+    """{name: (first byte, end byte)} of each tensor's data in a safetensors file."""
+    data = path.read_bytes()
+    header_length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + header_length])
+    start = 8 + header_length
+    return {
+        name: (start + entry["data_offsets"][0], start + entry["data_offsets"][1])
+        for name, entry in header.items()
+        if name != "__metadata__"
+    }
+
+
+def flip_exponent_bits(names: tuple[str, ...], count: int = 64):
+    """Flip the top exponent bit (bit 30) of `count` distinct float32 values, shared out among the tensors `names`,
+    then drop the checksum: a folder copied without its .sha256 files, whose corruption only the values give away."""
+
+    def flip(folder: Path) -> None:
+        path = folder / "model.safetensors"
+        spans, data = tensor_data(path), bytearray(path.read_bytes())
+        generator = torch.Generator().manual_seed(0)
+        for position, name in enumerate(names):
+            start, end = spans[name]
+            share = count // len(names) + (position < count % len(names))
+            for value in torch.randperm((end - start) // 4, generator=generator)[:share].tolist():
+                data[start + 4 * value + 3] ^= 0x40  # little-endian float32: bit 30 is bit 6 of the fourth byte
+        path.write_bytes(bytes(data))
+        (folder / "model.safetensors.sha256").unlink()
+
+    return flip
+
+
+def drop_tensors(prefix: str):
+    def change(tensors: dict) -> None:
+        for name in [name for name in tensors if name.startswith(prefix)]:
+            del tensors[name]
+
+    return change
+
+
+def another_runs_tokenizer(folder: Path) -> None:
+    pairs = load_builtin("train")["translation"]
+    train_joint_bpe([p["de"] for p in pairs], vocab_size=500).save_pretrained(folder)
+
+
+ENCODER_LAYER_1 = "model.encoder.layers.1."
 
 
 FAULTS = {
@@ -92,6 +203,11 @@ FAULTS = {
         "config.json",
         "lacks d_model, encoder_layers",
     ),
+    "config of an impossible size": (
+        lambda f: edit_config(f, lambda c: c.update(d_model=30)),
+        "config.json",
+        r"config.json describes no valid model \(d_model=30 is not divisible by encoder_attention_heads=4",
+    ),
     "config not JSON": (
         lambda f: (f / "config.json").write_text('{"model_type": "vanilla_tra'),
         "config.json",
@@ -102,11 +218,62 @@ FAULTS = {
         "tokenizer.json",
         "has 600 tokens but the model's config.json has vocab_size=64",
     ),
+    "NaN weight": (
+        lambda f: resave_weights(f, set_value("model.encoder.layers.0.ffn.fc1.weight", math.nan)),
+        "model.safetensors",
+        r"holds impossible weights in 1 tensor\(s\): model.encoder.layers.0.ffn.fc1.weight \(1 NaN of 2048 values\)",
+    ),
+    "Inf weight": (
+        lambda f: resave_weights(f, set_value("model.decoder.layers.1.self_attn.v_proj.weight", -math.inf)),
+        "model.safetensors",
+        r"model.decoder.layers.1.self_attn.v_proj.weight \(1 Inf of 1024 values\)",
+    ),
+    "64 flipped exponent bits": (
+        flip_exponent_bits(("model.encoder.layers.0.self_attn.q_proj.weight", "model.decoder.layers.0.ffn.fc2.weight")),
+        "model.safetensors",
+        r"holds impossible weights in 2 tensor\(s\): model.decoder.layers.0.ffn.fc2.weight \(32 of magnitude >= 2\^64 "
+        r"of 2048 values\), model.encoder.layers.0.self_attn.q_proj.weight \(32 of magnitude >= 2\^64 of 1024 values\)",
+    ),
+    "exponent bits flipped in LayerNorm weights (1.0 becomes Inf)": (
+        flip_exponent_bits(("model.encoder.layers.1.final_layer_norm.weight",), count=3),
+        "model.safetensors",
+        r"model.encoder.layers.1.final_layer_norm.weight \(3 Inf of 32 values\)",
+    ),
+    "an encoder layer removed": (
+        lambda f: resave_weights(f, drop_tensors(ENCODER_LAYER_1)),
+        "model.safetensors",
+        r"lacks 12 tensor\(s\) of the model \(model.encoder.layers.1.ffn.fc1.bias, "
+        r"model.encoder.layers.1.ffn.fc1.weight, .* and 7 more\) in model.safetensors: transformers would initialise "
+        r"them at random",
+    ),
+    "an unexpected tensor": (
+        lambda f: resave_weights(f, lambda t: t.update({"model.encoder.layers.2.ffn.fc1.weight": torch.zeros(64, 32)})),
+        "model.safetensors",
+        r"holds 1 tensor\(s\) that VanillaTransformerForConditionalGeneration with its config.json lacks "
+        r"\(model.encoder.layers.2.ffn.fc1.weight\) in model.safetensors",
+    ),
+    "a tensor of the wrong shape": (
+        lambda f: resave_weights(f, lambda t: t.update({"model.decoder.layers.0.ffn.fc1.weight": torch.zeros(48, 32)})),
+        "model.safetensors",
+        r"holds 1 tensor\(s\) whose shape does not match its config.json: model.decoder.layers.0.ffn.fc1.weight is "
+        r"\[48, 32\] in model.safetensors, expected \[64, 32\]",
+    ),
+    "another run's tokenizer": (
+        another_runs_tokenizer,
+        "tokenizer.json",
+        r"is not the one the model was trained with: its fingerprint is [0-9a-f]{16}… but .*config.json records "
+        r"tokenizer_fingerprint=[0-9a-f]{16}…",
+    ),
+    "tokenizer.json missing": (
+        lambda f: (f / "tokenizer.json").unlink(),
+        "tokenizer.json",
+        r"lacks tokenizer.json: a model folder needs the tokenizer saved with the model",
+    ),
 }
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_faults_are_named_by_translate_and_evaluate(fault, good_folder, tmp_path):
+def test_faults_are_named_by_translate_and_evaluate(fault, good_folder, tmp_path, capsys):
     inject, file_name, message = FAULTS[fault]
     folder = tmp_path / "model"
     shutil.copytree(good_folder, folder)
@@ -115,11 +282,88 @@ def test_faults_are_named_by_translate_and_evaluate(fault, good_folder, tmp_path
     (tmp_path / "test.de").write_text("ein Mann fährt Rad .\n")
 
     # the command prints the message, not a traceback
-    with pytest.raises(SystemExit, match=f"^error: ModelFolderError: .*{message}") as raised:
-        load_script("translate").main(["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"])
-    assert file_name in str(raised.value) and str(folder) in str(raised.value)
+    argv = ["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"]
+    error = command_error(capsys, lambda: load_script("translate").main(argv))
+    assert re.search(f"^error: ModelFolderError: .*{message}", error), error
+    assert file_name in error and str(folder) in error
     with pytest.raises(ModelFolderError, match=message):
         evaluate_model_on_split(str(folder), "test", tmp_path, num_beams=1)
+
+
+@pytest.mark.parametrize("removed", [("tokenizer_config.json",), ("tokenizer.json", "tokenizer_config.json")])
+def test_missing_tokenizer_files_are_named(removed, good_folder, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(good_folder, folder)
+    for name in removed:
+        (folder / name).unlink()
+    # transformers' own message speaks of sentencepiece and tiktoken, or loads without the special tokens
+    with pytest.raises(ModelFolderError, match=f"{folder} lacks {' and '.join(removed)}: a model folder needs the "):
+        load_model_and_tokenizer(folder)
+
+
+def test_a_file_or_a_missing_path_given_as_the_model_folder_is_named(good_folder, tmp_path):
+    """The package's loader, under every command (the command lines' --model refuses a file before it is reached)."""
+    for path in (good_folder / "model.safetensors", good_folder / "config.json"):
+        with pytest.raises(ModelFolderError, match=f"^{path} is a file, expected a model folder .* e.g. {good_folder}"):
+            load_model_and_tokenizer(path)
+    for missing in (tmp_path / "no-such-run" / "final", "./final"):
+        with pytest.raises(ModelFolderError, match=f"^{Path(missing)} does not exist; pass a model folder"):
+            load_model_and_tokenizer(missing)
+
+
+def test_a_folder_without_a_fingerprint_falls_back_to_the_vocabulary_checks(
+    builtin_tokenizer, other_tokenizer, tmp_path
+):
+    """Folders saved before training recorded the fingerprint (the release in model_cards/) still load; a foreign
+    tokenizer that fits the vocabulary then goes unnoticed, one that does not is refused."""
+    folder = tmp_path / "old"
+    tiny_model(vocab_size=len(builtin_tokenizer), max_position_embeddings=128).save_pretrained(folder)
+    other_tokenizer.save_pretrained(folder)
+    edit_config(folder, lambda config: config.pop("tokenizer_fingerprint", None))  # as saved before it existed
+    model, tokenizer = load_model_and_tokenizer(folder)
+    assert model.config.tokenizer_fingerprint is None and len(tokenizer) == len(other_tokenizer) < 600
+    release = ROOT / "model_cards" / "vanilla-transformer-multi30k-en-de"
+    assert load_model_and_tokenizer(release)[0].config.tokenizer_fingerprint is None
+
+
+def test_training_records_the_fingerprint_that_the_loader_checks(builtin_tokenizer, other_tokenizer, tmp_path):
+    model = build_model(TRAINING_PRESETS["demo"], builtin_tokenizer)
+    assert model.config.tokenizer_fingerprint == tokenizer_fingerprint(builtin_tokenizer)
+    model.save_pretrained(tmp_path)
+    builtin_tokenizer.save_pretrained(tmp_path)
+    recorded = json.loads((tmp_path / "config.json").read_text())["tokenizer_fingerprint"]
+    assert recorded == tokenizer_fingerprint(AutoTokenizer.from_pretrained(tmp_path))
+    assert load_model_and_tokenizer(tmp_path)[0].config.tokenizer_fingerprint == recorded
+    other_tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelFolderError, match=f"Copy tokenizer.json and tokenizer_config.json .* into {tmp_path}"):
+        load_model_and_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_translate_stops_on_non_finite_scores(value, num_beams, builtin_tokenizer, tmp_path):
+    """A model loaded around the checks (plain from_pretrained) decodes NaN scores into empty lines; translate raises
+    instead, naming the folder."""
+    model = good_model(builtin_tokenizer)
+    with torch.no_grad():
+        model.model.encoder.layers[0].ffn.fc1.weight[3, 5] = value
+    model.save_pretrained(tmp_path / "model")
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model")
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'model'} produced non-finite scores .* re-train it"):
+        translate(loaded, builtin_tokenizer, ["a man rides a bike .", "", "two dogs play ."], num_beams=num_beams)
+    assert len(translate(good_model(builtin_tokenizer), builtin_tokenizer, ["a dog ."], num_beams=num_beams)) == 1
+
+
+def test_a_hub_model_is_checked_after_loading(good_folder):
+    """The checks a Hub id gets, on what transformers reports of a load (the files stay in its cache)."""
+    model, info = AutoModelForSeq2SeqLM.from_pretrained(good_folder, output_loading_info=True)
+    check_loaded_weights(model, info, "owner/name")  # tied weights are not reported missing
+    with pytest.raises(ModelFolderError, match=r"owner/name: 1 tensor\(s\) missing in its weights \(model.x\)"):
+        check_loaded_weights(model, {"missing_keys": {"model.x"}, "unexpected_keys": set()}, "owner/name")
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = math.nan  # tied: model.shared.weight too
+    with pytest.raises(ModelFolderError, match=r"owner/name holds impossible weights in \d tensor\(s\): .*1 NaN of"):
+        check_loaded_weights(model, {}, "owner/name")
 
 
 def test_the_intact_folder_loads_and_translates(good_folder, tmp_path, capsys):
@@ -142,7 +386,7 @@ class PickleTrap:
         return (os.mkdir, (self.marker,))
 
 
-def test_a_pickle_is_named_and_never_unpickled(good_folder, tmp_path, monkeypatch):
+def test_a_pickle_is_named_and_never_unpickled(good_folder, tmp_path, monkeypatch, capsys):
     # the trap is live: unpickling a copy of it runs its code
     pickle.loads(pickle.dumps(PickleTrap(tmp_path / "trap-works")))
     assert (tmp_path / "trap-works").is_dir()
@@ -157,15 +401,18 @@ def test_a_pickle_is_named_and_never_unpickled(good_folder, tmp_path, monkeypatc
     (tmp_path / "test.de").write_text("ein Hund rennt .\n")
 
     expected = r"pytorch_model.bin holds the weights as a pickle .* has no model.safetensors"
-    with pytest.raises(SystemExit, match=f"^error: ModelFolderError: .*{expected}") as raised:
-        load_script("translate").main(["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"])
-    assert "save_pretrained(folder) writes model.safetensors" in str(raised.value)  # the fix
+    argv = ["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"]
+    error = command_error(capsys, lambda: load_script("translate").main(argv))
+    assert re.search(f"^error: ModelFolderError: .*{expected}", error), error
+    assert "save_pretrained(folder) writes model.safetensors" in error  # the fix
     with pytest.raises(ModelFolderError, match=expected):
         evaluate_model_on_split(str(folder), "test", tmp_path, num_beams=1)
     monkeypatch.setattr(sys, "argv", ["evaluate_bleu.py", "--model", str(folder), "--split", "test",
                                       "--data-dir", str(tmp_path), "--num-beams", "1"])  # fmt: skip
-    with pytest.raises(SystemExit, match=f"^error: ModelFolderError: .*{expected}"):
-        runpy.run_path(str(ROOT / "scripts" / "evaluate_bleu.py"), run_name="__main__")
+    error = command_error(
+        capsys, lambda: runpy.run_path(str(ROOT / "scripts" / "evaluate_bleu.py"), run_name="__main__")
+    )
+    assert re.search(f"^error: ModelFolderError: .*{expected}", error), error
     assert not marker.exists()
 
 

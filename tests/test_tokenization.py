@@ -1,4 +1,6 @@
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -10,8 +12,14 @@ from vanilla_transformer.tokenization import (
     lowercases,
     round_trip_failures,
     save_tokenizer,
+    tokenizer_fingerprint,
     train_joint_bpe,
 )
+
+RELEASE = Path(__file__).resolve().parents[1] / "model_cards" / "vanilla-transformer-multi30k-en-de"
+# the fingerprint of the released tokenizer: the same under transformers 5.15 and 5.24 (CI runs both), and with
+# tokenizers' merges stored as pairs (>= 0.20) or as "a b" strings
+RELEASE_FINGERPRINT = "dc121fad916732881b3a3a9821baed009c1997ef4acb111e7315f629657fe7ce"
 
 ENGLISH_CHINESE = [
     ("The cat sits on the mat.", "猫坐在垫子上。"),
@@ -81,3 +89,64 @@ def test_a_loaded_tokenizer_saved_again_writes_only_its_own_settings(builtin_tok
     ours = json.loads((tmp_path / "ours" / "tokenizer_config.json").read_text())
     assert not set(LOAD_TIME_KEYS) & set(ours)
     assert ours == {key: value for key, value in written.items() if key not in LOAD_TIME_KEYS}
+
+
+def test_the_fingerprint_survives_saving_and_loading(builtin_tokenizer, tmp_path):
+    expected = tokenizer_fingerprint(builtin_tokenizer)
+    assert len(expected) == 64 and int(expected, 16) >= 0
+    first = save_tokenizer(builtin_tokenizer, tmp_path / "first")
+    assert tokenizer_fingerprint(load_tokenizer(first)) == expected
+    assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(first)) == expected
+    AutoTokenizer.from_pretrained(first).save_pretrained(tmp_path / "again")  # with transformers' load-time keys
+    assert tokenizer_fingerprint(load_tokenizer(tmp_path / "again")) == expected
+    assert tokenizer_fingerprint(load_tokenizer(RELEASE)) == RELEASE_FINGERPRINT
+
+
+def test_merges_as_strings_give_the_same_fingerprint(builtin_tokenizer, tmp_path):
+    """tokenizers before 0.20 wrote each merge as one string "a b"; newer ones read both."""
+    save_tokenizer(builtin_tokenizer, tmp_path)
+    data = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    data["model"]["merges"] = [" ".join(pair) for pair in data["model"]["merges"]]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    assert tokenizer_fingerprint(load_tokenizer(tmp_path)) == tokenizer_fingerprint(builtin_tokenizer)
+
+
+def _edited_copy(source, target, edit) -> str:
+    shutil.copytree(source, target)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        data = json.loads((target / name).read_text(encoding="utf-8"))
+        edit(name, data)
+        (target / name).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return tokenizer_fingerprint(load_tokenizer(target))
+
+
+def test_the_fingerprint_changes_with_what_the_ids_mean(builtin_tokenizer, tmp_path):
+    saved = save_tokenizer(builtin_tokenizer, tmp_path / "saved")
+    fingerprints = {tokenizer_fingerprint(builtin_tokenizer)}
+
+    # another run's tokenizer: other text, same special-token ids
+    other = train_joint_bpe(["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee."] * 10, vocab_size=300)
+    fingerprints.add(tokenizer_fingerprint(other))
+
+    def swap_two_ids(name, data):  # the same tokens, two of them with each other's id
+        if name == "tokenizer.json":
+            vocab = data["model"]["vocab"]
+            first, second = sorted(vocab, key=vocab.get)[300:302]
+            vocab[first], vocab[second] = vocab[second], vocab[first]
+
+    def pad_is_unk(name, data):  # the same vocabulary, another padding token
+        if name == "tokenizer_config.json":
+            data["pad_token"] = "<unk>"
+
+    def merges_reordered(name, data):  # the same vocabulary, merges in another order: other segmentations
+        if name == "tokenizer.json":
+            data["model"]["merges"] = data["model"]["merges"][::-1]
+
+    def max_length_changed(name, data):  # not what the ids mean
+        if name == "tokenizer_config.json":
+            data["model_max_length"] = 17
+
+    for edit in (swap_two_ids, pad_is_unk, merges_reordered):
+        fingerprints.add(_edited_copy(saved, tmp_path / edit.__name__, edit))
+    assert len(fingerprints) == 5
+    assert _edited_copy(saved, tmp_path / "max_length", max_length_changed) == tokenizer_fingerprint(builtin_tokenizer)

@@ -4,17 +4,16 @@ checkpoints ... For the big models, we averaged the last 20 checkpoints")."""
 import logging
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from .integrity import check_config_file, check_safetensors_file, fsync_directory, fsync_tree, write_checksums
-from .tokenization import load_tokenizer
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .integrity import check_config_file, check_safetensors_file, write_checksums
+from .outputs import check_not_an_input, check_output_folder, staged_folder
+from .tokenization import load_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -84,28 +83,117 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (tensor / len(folders)).to(dtypes[name]) for name, tensor in total.items()}
 
 
-@contextmanager
-def staged_folder(destination: str | Path) -> Iterator[Path]:
-    """A scratch folder beside `destination` that replaces it only when the block completes, so a failure never
-    leaves a partial folder in place of a good one."""
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
-    try:
-        yield staging
-        fsync_tree(staging)  # the bytes reach the disk before the name does
-        if destination.exists():
-            shutil.rmtree(destination)
-        staging.rename(destination)
-        fsync_directory(destination.parent)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+# The config.json fields that make two checkpoints the same model: averaging is only meaningful for checkpoints of one
+# run, and a run never changes these (dropout and init_std change training, not what the weights mean).
+ARCHITECTURE_FIELDS = (
+    "model_type",
+    "vocab_size",
+    "decoder_vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "activation_function",
+    "scale_embedding",
+    "max_position_embeddings",
+    "position_encoding",
+    "normalize_before",
+    "attention_bias",
+    "share_encoder_decoder_embeddings",
+    "tie_word_embeddings",
+    "layer_norm_eps",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+)
 
 
-def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) -> list[Path]:
+def run_inputs(run_dir: str | Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
+    """What an output written from a training run must leave alone, as `outputs.check_not_an_input` takes it: the
+    inputs (each checkpoint, staged ones too, the run's tokenizer and preset.json) and the holder (the run folder,
+    which may hold outputs such as `final/` but must neither be nor lie inside one)."""
+    run = Path(run_dir)
+    inputs: list[tuple[str, Path]] = []
+    if run.is_dir():
+        inputs += [
+            ("checkpoint", path)
+            for path in sorted(run.iterdir())
+            if path.is_dir() and CHECKPOINT_PATTERN.match(path.name.removeprefix(STAGING_PREFIX))
+        ]
+    inputs += [("the run's tokenizer", run / "tokenizer"), ("the run's preset", run / "preset.json")]
+    return [(label, path) for label, path in inputs if path.exists()], [("--run-dir", run)]
+
+
+def _architecture(config: dict) -> dict:
+    defaults = VanillaTransformerConfig().to_dict()
+    values = {field: config.get(field, defaults.get(field)) for field in ARCHITECTURE_FIELDS}
+    if values["decoder_vocab_size"] is None:
+        values["decoder_vocab_size"] = values["vocab_size"]
+    return values
+
+
+def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
+    """Raise a `ValueError` unless `folders` are checkpoints of one run: the same architecture in every config.json
+    (`ARCHITECTURE_FIELDS`, and `tokenizer_fingerprint` where two record one), and each checkpoint's tokenizer (its
+    tokenizer.json and the fingerprint its config.json records) the run's own: `run_dir/tokenizer`, else the newest
+    checkpoint's (`tokenization.tokenizer_fingerprint`)."""
+    newest = folders[-1]
+    configs = {folder: check_config_file(folder / "config.json") for folder in folders}
+    reference = _architecture(configs[newest])
+    for folder in folders[:-1]:
+        values = _architecture(configs[folder])
+        differences = [
+            f"{field}: {values[field]!r} vs {reference[field]!r}"
+            for field in values
+            if values[field] != reference[field]
+        ]
+        fingerprints = configs[folder].get("tokenizer_fingerprint"), configs[newest].get("tokenizer_fingerprint")
+        if None not in fingerprints and fingerprints[0] != fingerprints[1]:
+            differences.append(f"tokenizer_fingerprint: {fingerprints[0]!r} vs {fingerprints[1]!r}")
+        if differences:
+            raise ValueError(
+                f"{folder.name} and {newest.name} in {run_dir} are not checkpoints of one run: their config.json "
+                f"differ in {'; '.join(differences)}; average checkpoints of one run only (move the others out of "
+                f"{run_dir}, or lower --last)."
+            )
+    run_tokenizer = Path(run_dir) / "tokenizer"
+    with_tokenizer = [folder for folder in folders if (folder / "tokenizer.json").is_file()]
+    if (run_tokenizer / "tokenizer.json").is_file():
+        reference = run_tokenizer
+    elif with_tokenizer:
+        reference = with_tokenizer[-1]
+    else:
+        return
+    expected = tokenizer_fingerprint(load_tokenizer(reference))
+    for folder in folders:
+        found = {
+            "tokenizer.json": tokenizer_fingerprint(load_tokenizer(folder)) if folder in with_tokenizer else None,
+            "config.json's tokenizer_fingerprint": configs[folder].get("tokenizer_fingerprint"),
+        }
+        for what, digest in found.items():
+            if digest is not None and digest != expected:
+                raise ValueError(
+                    f"{folder}'s {what} names another tokenizer than {reference} (fingerprint {digest[:12]}… vs "
+                    f"{expected[:12]}…): that checkpoint was trained with other token ids; average checkpoints of "
+                    f"one run only (move {folder.name} out of {run_dir}, or lower --last)."
+                )
+
+
+def average_checkpoints(
+    run_dir: str | Path, output_dir: str | Path, last: int, overwrite: bool = False, command: str = "average"
+) -> list[Path]:
     """Average the last `last` checkpoints of `run_dir` into a loadable model folder at `output_dir` (config,
-    generation config and tokenizer from the newest checkpoint). The folder is written next to its destination
-    and moved into place only when complete. Returns the averaged checkpoint folders."""
+    generation config and tokenizer from the newest checkpoint), for `vanilla-transformer <command>`. Returns the
+    averaged checkpoint folders.
+
+    Refused before anything is loaded (`outputs`): an `output_dir` that is, contains or lies inside a checkpoint or
+    the run's tokenizer, or is or contains the run folder; a non-empty `output_dir` that is not a model folder a
+    command wrote (unless `overwrite`); checkpoints of different runs or tokenizers (`check_one_run`). The folder is
+    written beside its destination and moved into place only when complete."""
     checkpoints = list_checkpoints(run_dir)
     if last < 1:
         raise ValueError(f"last={last}: average at least one checkpoint.")
@@ -114,7 +202,11 @@ def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) 
             f"{run_dir} has {len(checkpoints)} checkpoints ({[p.name for p in checkpoints]}), fewer than the "
             f"{last} asked for; lower --last or train longer."
         )
+    inputs, holders = run_inputs(run_dir)
+    check_not_an_input(output_dir, inputs, holders=holders)
+    check_output_folder(output_dir, "model", overwrite)
     chosen = checkpoints[-last:]
+    check_one_run(run_dir, chosen)
     averaged = average_state_dicts(chosen)  # checks every file first: a corrupt one is named, not loaded
     check_config_file(chosen[-1] / "config.json")
     model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True)
@@ -127,7 +219,7 @@ def average_checkpoints(run_dir: str | Path, output_dir: str | Path, last: int) 
         )
     model.tie_weights()
 
-    with staged_folder(output_dir) as staging:
+    with staged_folder(output_dir, "model", command, overwrite) as staging:
         model.save_pretrained(staging)
         write_checksums(staging)
         if (chosen[-1] / "tokenizer.json").is_file():

@@ -8,10 +8,15 @@ stage of the paper's pipeline, from data and tokenizer (§5.1) through training 
 
 Each subcommand is a module of `vanilla_transformer.commands`; `scripts/<name>.py` in a checkout runs the same
 command with the same flags (`run_script`).
+
+Exit status: 0 done; 2 a user error (a flag's value, arguments that do not go together, a missing or damaged file,
+settings no run can finish), told in one line `error: ...` without a traceback (`--debug`, before or after the
+command name, shows it); 1 anything else, a bug, with its traceback.
 """
 
 import argparse
 import sys
+import traceback
 from importlib import import_module
 from types import ModuleType
 
@@ -39,8 +44,17 @@ def _command(name: str) -> ModuleType:
     return import_module(f"{__package__}.commands.{name.replace('-', '_')}")
 
 
+# the exit status of a user error, as argparse's for a flag it refuses
+USER_ERROR_STATUS = 2
+DEBUG_HELP = "on an error, show its traceback too (for a bug report)"
+# errors of the operating system about a path given: a file or folder missing, of the wrong kind, or not permitted
+PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def _set_up(parser: argparse.ArgumentParser, command: ModuleType) -> None:
     command.add_arguments(parser)
+    # SUPPRESS: a command's parser sets `debug` only when given, and so never undoes a --debug before the command
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     # the parser travels with the arguments so that a UsageError prints this command's usage
     parser.set_defaults(_run=command.run, _parser=parser)
 
@@ -56,14 +70,63 @@ def _expected_errors() -> tuple[type[Exception], ...]:
     return Multi30kUnavailable, ModelFolderError, SettingsError
 
 
+def _raised_by_this_package(error: BaseException) -> bool:
+    """Whether the innermost frame of `error`'s traceback is this package's code: its own `raise` (or a builtin it
+    called), not a library's."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and frame.tb_frame.f_globals.get("__name__", "").split(".")[0] == __package__
+
+
+def user_error_message(error: BaseException) -> str | None:
+    """The one line `error: ...` for an exception that tells the user what to change, or None for a bug.
+
+    User errors: this package's own exception classes, a path error of the operating system (a file missing, a
+    folder where a file belongs, no permission), and a `ValueError` raised by this package's code (its checks of
+    files and settings). A `ValueError` from inside a library, or any other exception, is a bug: its traceback
+    shows."""
+    if isinstance(error, _expected_errors()):
+        return f"error: {type(error).__name__}: {error}"
+    if isinstance(error, PATH_ERRORS) and error.filename is not None and error.strerror:
+        return f"error: {error.filename}: {error.strerror}"
+    own_class = type(error).__module__.split(".")[0] == __package__
+    if (
+        own_class
+        or isinstance(error, PATH_ERRORS)
+        or (isinstance(error, ValueError) and _raised_by_this_package(error))
+    ):
+        return f"error: {error}"
+    return None
+
+
 def _run(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
+    """Parse `argv` and run the command: a user error ends it with one line and status 2 (a `UsageError` with the
+    command's usage too); under `--debug` it is raised as it is, with its traceback. Any other exception is a bug
+    and raised with its traceback."""
     args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         args._run(args)
-    except UsageError as error:
-        args._parser.error(str(error))
-    except _expected_errors() as error:
-        sys.exit(f"error: {type(error).__name__}: {error}")
+    except SystemExit as stop:
+        # a command's own `sys.exit("error: ...")` prints its message as before, with the user-error status
+        if not isinstance(stop.code, str):
+            raise
+        if debug:
+            traceback.print_exc()
+            raise
+        print(stop.code, file=sys.stderr)
+        sys.exit(USER_ERROR_STATUS)
+    except Exception as error:
+        if debug:
+            raise
+        if isinstance(error, UsageError):
+            args._parser.error(str(error))
+        message = user_error_message(error)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        sys.exit(USER_ERROR_STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vanilla-transformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for name in COMMANDS:
         command = _command(name)

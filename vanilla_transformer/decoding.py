@@ -3,10 +3,15 @@
 `translate` batches sentences by length and calls `model.generate`, whose defaults are the paper's decoding: beam
 size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input length + 50 output tokens, early
 stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
+
+A model whose weights hold NaN or Inf (loaded around `load_model_and_tokenizer`, which refuses them) decodes to empty
+or garbage lines; `translate` notices the non-finite scores and raises instead of returning them.
 """
 
+import math
+
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
 
 def translate(
@@ -31,7 +36,9 @@ def translate(
     learned positions it raises a `ValueError` naming the sentence, its length and the limit.
 
     The model runs in eval mode (dropout off) under `torch.inference_mode()`, on its own device; its train/eval
-    mode is restored afterwards.
+    mode is restored afterwards. Scores that are not finite (weights holding NaN or Inf, or a float16 overflow) raise
+    a `ValueError` naming the model's folder: with beam search the finished hypotheses' `sequences_scores` are
+    checked, otherwise every step's logits (for NaN or +Inf; -Inf is what logits processors write to forbid a token).
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
@@ -55,6 +62,14 @@ def translate(
     _check_lengths(model, token_ids)
     todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
 
+    generation_config = generate_kwargs.get("generation_config") or model.generation_config
+    beam_search = (generate_kwargs.get("num_beams") or generation_config.num_beams or 1) > 1
+    if beam_search:  # the scores come with the sequences at no cost
+        generate_kwargs = {**generate_kwargs, "return_dict_in_generate": True}
+    else:  # greedy or sampling: every step's logits pass a check, appended to the caller's processors
+        user_processors = list(generate_kwargs.get("logits_processor") or [])
+        generate_kwargs = dict(generate_kwargs)
+
     device = model.device
     was_training = model.training
     model.eval()
@@ -69,6 +84,9 @@ def translate(
                     ids = token_ids[index]
                     input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
                     attention_mask[row, : len(ids)] = 1
+                check = None if beam_search else _NonFiniteLogits()
+                if check is not None:
+                    generate_kwargs["logits_processor"] = LogitsProcessorList([*user_processors, check])
                 output = model.generate(
                     input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **generate_kwargs
                 )
@@ -76,12 +94,47 @@ def translate(
                     sequences = output
                 else:  # return_dict_in_generate=True
                     sequences = output.sequences
+                if check is not None:
+                    non_finite = check.found()
+                else:
+                    scores = getattr(output, "sequences_scores", None)
+                    non_finite = scores is not None and not bool(torch.isfinite(scores).all())
+                if non_finite:
+                    _raise_non_finite(model, [sentences[index] for index in batch])
                 texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
                 for index, text in zip(batch, texts, strict=True):
                     translations[index] = text
     finally:
         model.train(was_training)
     return translations
+
+
+class _NonFiniteLogits(LogitsProcessor):
+    """Notes whether any step's scores held NaN or +Inf: it keeps the running maximum (NaN wins every comparison), one
+    reduction per step and no device-to-host copy until `found` reads it, once, after `generate`."""
+
+    def __init__(self) -> None:
+        self.top: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        top = scores.amax()
+        self.top = top if self.top is None else torch.maximum(self.top, top)
+        return scores
+
+    def found(self) -> bool:
+        return self.top is not None and not bool(self.top < math.inf)
+
+
+def _raise_non_finite(model: PreTrainedModel, batch: list[str]) -> None:
+    source = model.name_or_path or "the model (built in memory, not loaded from a folder)"
+    dtype = model.dtype
+    overflow = f" or overflow in {dtype} (run it in float32)" if dtype in (torch.float16, torch.bfloat16) else ""
+    raise ValueError(
+        f"{source} produced non-finite scores (NaN or Inf) while translating a batch of {len(batch)} sentence(s), "
+        f"starting with {batch[0][:80]!r}: its weights hold NaN, Inf or huge values{overflow}, and every "
+        f"translation would be empty or garbage. Re-download or restore the model folder, or re-train it; loading it "
+        f"with vanilla_transformer.integrity.load_model_and_tokenizer names the tensor at fault."
+    )
 
 
 def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> None:

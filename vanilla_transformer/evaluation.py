@@ -183,19 +183,34 @@ def evaluate_model_on_split(
     `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1); the length penalty
     α is the model's `generation_config` one unless `length_penalty` is given. A model whose tokenizer lowercases is
     scored case-insensitively. `data_dir=None` is Multi30k (`multi30k_dir()`: downloaded once, then read locally).
+
+    `output_hypotheses` is refused before the model is loaded when it is, holds or lies inside an input (the data
+    folder, a source or reference file, the model folder), and is replaced only once every translation is written
+    (`outputs.staged_file`).
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
     import torch
 
     from .decoding import translate
     from .integrity import load_model_and_tokenizer
+    from .outputs import check_output_file, staged_file
     from .tokenization import lowercases
 
     data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))
-    sources = read_lines(data_dir / f"{split}.{source_lang}")
+    sources_path = data_dir / f"{split}.{source_lang}"
     references_path = data_dir / f"{split}.{target_lang}"
-    references = read_lines(references_path)
     tokenized_references_path = data_dir / "tok" / f"{split}.lc.norm.tok.{target_lang}"
+    if output_hypotheses is not None:
+        inputs = [
+            ("the source file", sources_path),
+            ("the reference file", references_path),
+            ("the tokenized reference file", tokenized_references_path),
+            ("the data folder", data_dir),
+            ("the model folder", model_name_or_path if Path(model_name_or_path).expanduser().is_dir() else None),
+        ]
+        check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
+    sources = read_lines(sources_path)
+    references = read_lines(references_path)
     has_tokenized_references = tokenized_references_path.is_file()
     tokenized_references = read_lines(tokenized_references_path) if has_tokenized_references else None
 
@@ -207,7 +222,8 @@ def evaluate_model_on_split(
         model, tokenizer, sources, batch_size=batch_size, num_beams=num_beams, length_penalty=length_penalty
     )
     if output_hypotheses is not None:
-        write_lines(output_hypotheses, hypotheses)
+        with staged_file(output_hypotheses, flag="--output-hypotheses") as staging:
+            write_lines(staging, hypotheses)
 
     scores = score_translations(
         hypotheses, references, tokenized_references, lang=target_lang, lowercase=lowercases(tokenizer)

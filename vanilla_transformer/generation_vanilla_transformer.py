@@ -170,6 +170,12 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 f"max_new_tokens_over_input={over_input!r} must be an integer >= 0 (the paper: 50), or None for no "
                 f"per-sentence limit."
             )
+        vocab_size = self.config.decoder_vocab_size
+        if (resolved.num_beams or 1) > vocab_size:
+            raise ValueError(
+                f"num_beams={resolved.num_beams} is more beams than the model's vocabulary of {vocab_size} tokens "
+                f"offers continuations at the first step; give at most {vocab_size} (the paper: 4)."
+            )
         paper_beam_search = False
         if length_penalty_form == "gnmt" and (resolved.num_beams or 1) > 1:
             unsupported = self._unsupported_by_paper_beam_search(resolved, kwargs)

@@ -7,15 +7,24 @@ A complete folder loads anywhere with `AutoModelForSeq2SeqLM.from_pretrained(rep
 files, `generation_config.json` (the paper's decoding), and a `README.md` card whose YAML metadata carries the license
 (the training data's terms where it has its own), languages, the Hub datasets that hold the training data (none when
 none does) and `model-index` results.
+
+A push sends only those files (`plan_push` lists them; see its docstring for the exact rules): never the rest of a
+training folder (logs, optimizer state, credentials), never what a link points to outside the folder, never weights
+that fail their checksum or hold NaN/Inf, and never remote code that differs from this package's own unless asked.
 """
 
 import ast
+import dataclasses
 import json
+import os
+import shutil
+import tempfile
 import zipfile
 from importlib import resources
 from pathlib import Path
 
 import jinja2
+import torch
 from huggingface_hub import CommitInfo, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from safetensors import safe_open
@@ -23,6 +32,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, Gener
 
 from .checkpoints import list_checkpoints
 from .data.multi30k import COMMIT as MULTI30K_COMMIT
+from .integrity import ModelFolderError, check_safetensors_file
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
 CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
@@ -32,6 +42,28 @@ CODE_FILES = (
     "modeling_vanilla_transformer.py",
 )
 AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # a sharded model: its weight_map names the shards
+CHECKSUM_SUFFIX = ".sha256"  # `<weights>.sha256`, as integrity.write_checksums writes it
+# What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
+# `.sha256` of each weights file): what `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read,
+# the card and the scores it is rendered from. Everything else in the folder stays on this machine.
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    *CODE_FILES,
+    "README.md",
+    "results.json",
+)
 # names under which PyTorch/NumPy/joblib write pickles; loading one runs arbitrary code, so none may be pushed
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
@@ -68,6 +100,9 @@ class FolderNotReadyError(ValueError):
 
     def __init__(self, folder: str | Path, problems: list[str]):
         self.problems = problems
+        if len(problems) == 1:  # one problem, one line (each problem names the file and the fix)
+            super().__init__(f"{folder} is not ready for the Hub; nothing was pushed: {problems[0]}")
+            return
         lines = "\n".join(f"  - {problem}" for problem in problems)
         super().__init__(
             f"{folder} is not ready for the Hub ({len(problems)} problem(s)); nothing was pushed:\n{lines}"
@@ -369,7 +404,7 @@ def _check_config_and_code(folder: Path) -> list[str]:
 
 
 def _check_weights(folder: Path) -> list[str]:
-    if not (folder / "model.safetensors").is_file():
+    if not (folder / WEIGHTS_NAME).is_file() and not (folder / WEIGHTS_INDEX_NAME).is_file():
         return ["model.safetensors is missing: save the model with `model.save_pretrained(folder)` (safetensors)."]
     try:
         _, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)
@@ -424,10 +459,18 @@ def _check_card(folder: Path) -> list[str]:
     return problems
 
 
-def _is_pickle(path: Path) -> bool:
+def _resolves_inside(path: Path, root: Path) -> bool:
+    """Whether `path`, its links followed, lies under `root` (a resolved folder); a link loop counts as outside."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11, 3.12)
+        return False
+
+
+def _is_pickle(path: Path, *, read: bool = True) -> bool:
     if path.name.endswith(PICKLE_SUFFIXES):
         return True
-    if path.suffix == ".safetensors":  # its first bytes are a header length, checked by loading it instead
+    if not read or path.suffix == ".safetensors":  # a safetensors header length is checked by loading it instead
         return False
     with open(path, "rb") as handle:
         head = handle.read(2)
@@ -440,8 +483,24 @@ def _is_pickle(path: Path) -> bool:
 
 
 def find_pickles(folder: str | Path) -> list[Path]:
-    """Files anywhere under `folder` that are (or are named like) pickles: `torch.save` output, `.bin`, `.pkl`, ..."""
-    return [path for path in sorted(Path(folder).rglob("*")) if path.is_file() and _is_pickle(path)]
+    """Files anywhere under `folder` that are (or are named like) pickles: `torch.save` output, `.bin`, `.pkl`, ...
+
+    A link to a file outside the folder is judged by its name only: its target is never opened."""
+    folder = Path(folder)
+    root = folder.resolve()
+    return [
+        path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and _is_pickle(path, read=_resolves_inside(path, root))
+    ]
+
+
+def _pickle_problems(folder: Path) -> list[str]:
+    return [
+        f"{path.relative_to(folder)} is a pickle (loading it runs arbitrary code): remove it; the weights belong in "
+        f"model.safetensors."
+        for path in find_pickles(folder)
+    ]
 
 
 def validate_folder(folder: str | Path) -> list[str]:
@@ -451,12 +510,12 @@ def validate_folder(folder: str | Path) -> list[str]:
         return [
             f"{folder} is not a folder: pass the folder written by save_pretrained or `vanilla-transformer release`."
         ]
-    problems = [
-        f"{path.relative_to(folder)} is a pickle (loading it runs arbitrary code): remove it; the weights belong in "
-        f"model.safetensors."
-        for path in find_pickles(folder)
-    ]
-    problems += _check_config_and_code(folder)
+    return _pickle_problems(folder) + _check_contents(folder)
+
+
+def _check_contents(folder: Path) -> list[str]:
+    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
+    problems = _check_config_and_code(folder)
     if (folder / "config.json").is_file() and not any("config.json is not valid" in p for p in problems):
         problems += _check_weights(folder)
         problems += _check_tokenizer(folder)
@@ -470,6 +529,248 @@ def validate_folder(folder: str | Path) -> list[str]:
         except Exception as error:  # noqa: BLE001
             problems.append(f"generation_config.json does not load: {error}")
     return problems + _check_card(folder)
+
+
+# -- what a push sends ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PushPlan:
+    """What a push of `folder` sends, after every check passed (`plan_push`).
+
+    `files` maps each file's name in the repo to its size in bytes; `left_out` names the folder's other top-level
+    entries (a folder with a trailing `/`); `modified_code` names the code files that differ from the installed
+    package's (pushed only with `allow_modified_code`); `card` is the README.md rendered for a folder without one.
+    """
+
+    folder: Path
+    files: dict[str, int]
+    left_out: tuple[str, ...] = ()
+    modified_code: tuple[str, ...] = ()
+    card: str | None = None
+    # name -> the file whose bytes are sent (a link inside the folder resolved)
+    sources: dict[str, Path] = dataclasses.field(default_factory=dict, repr=False)
+
+    def notes(self) -> list[str]:
+        """One line each for what a user should know before it is sent: what stays behind, modified code, the card."""
+        lines = []
+        if self.left_out:
+            lines.append(f"left out (not part of a model repo): {', '.join(self.left_out)}")
+        if self.modified_code:
+            lines.append(
+                f"pushing modified code files (allowed): {', '.join(self.modified_code)}; they differ from the "
+                f"installed vanilla_transformer's, and every downloader runs them with trust_remote_code=True"
+            )
+        if self.card is not None:
+            lines.append("README.md: rendered from the run's records (the folder has no card)")
+        return lines
+
+    def listing(self) -> list[str]:
+        """The files to send, one `size name` line each, under a line with their count and total size."""
+        total = sum(self.files.values())
+        width = len(str(max(self.files.values(), default=0)))
+        return [f"{len(self.files)} file(s), {total} bytes:"] + [
+            f"  {size:>{width}}  {name}" for name, size in self.files.items()
+        ]
+
+
+def _shard_names(index: Path) -> tuple[list[str], list[str]]:
+    """The shard files a model.safetensors.index.json names, and a problem for each that push could not send."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return [], []  # from_pretrained reports the broken index when the folder is checked
+    shards, problems = [], []
+    for name in names:
+        if isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name and "\\" not in name:
+            shards.append(name)
+        else:
+            problems.append(
+                f"{WEIGHTS_INDEX_NAME} names the shard {name!r}, which push does not send: shards are .safetensors "
+                f"files beside the index; re-save the model with save_pretrained."
+            )
+    return shards, problems
+
+
+def _non_finite_problem(name: str, path: Path) -> str | None:
+    """A problem naming the tensors of a safetensors file that hold NaN or ±Inf (None when all are finite); the file
+    is read one tensor at a time."""
+    bad = []
+    with safe_open(str(path), framework="pt") as handle:
+        for key in handle.keys():
+            tensor = handle.get_tensor(key)
+            if not tensor.is_floating_point():
+                continue
+            try:
+                finite = torch.isfinite(tensor)
+            except (RuntimeError, NotImplementedError):  # float8 and other types without the kernel
+                tensor = tensor.float()
+                finite = torch.isfinite(tensor)
+            if not bool(finite.all()):
+                bad.append((key, int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum()), tensor.numel()))
+            del tensor, finite
+    if not bad:
+        return None
+    key, nans, infs, size = bad[0]
+    more = f" (and {len(bad) - 1} more tensor(s): {', '.join(k for k, *_ in bad[1:4])})" if len(bad) > 1 else ""
+    return (
+        f"{name} holds non-finite weights: tensor {key!r} has {nans} NaN and {infs} infinite of {size} values{more}; "
+        f"the training diverged (or the file was damaged) and the model would translate to garbage: push a "
+        f"checkpoint saved before the loss became NaN, or train again with a lower learning rate or more warmup."
+    )
+
+
+def _weights_problems(sources: dict[str, Path], folder: Path) -> list[str]:
+    """Weights files that fail their `.sha256` or are not complete safetensors files, or hold NaN/Inf."""
+    problems = []
+    for name in sorted(sources):
+        if not name.endswith(".safetensors"):
+            continue
+        path = folder / name  # beside its own .sha256 (the one that is sent)
+        try:
+            check_safetensors_file(path)
+        except ModelFolderError as error:
+            problems.append(str(error) if name in str(error) else f"{name}: {error}")
+            continue
+        problem = _non_finite_problem(name, path)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _packaged_code(name: str) -> bytes | None:
+    """The installed package's own copy of a code file (None if this install lacks it)."""
+    try:
+        return (resources.files(__package__) / name).read_bytes()
+    except OSError:
+        return None
+
+
+def _modified_code(sources: dict[str, Path]) -> list[str]:
+    return [
+        name
+        for name in CODE_FILES
+        if name in sources and _packaged_code(name) not in (None, sources[name].read_bytes())
+    ]
+
+
+def _stage(plan: PushPlan, staging: Path) -> Path:
+    """Lay out exactly the files of `plan` in the empty folder `staging` (links to them where the system allows,
+    copies otherwise), so that what is checked, and what is uploaded, is only what the plan lists."""
+    for name, source in plan.sources.items():
+        try:
+            os.symlink(source, staging / name)
+        except OSError:  # Windows without the symlink privilege
+            shutil.copy2(source, staging / name)
+    if plan.card is not None:
+        (staging / "README.md").write_bytes(plan.card.encode("utf-8"))
+    return staging
+
+
+def _check_repo_id(repo_id: str) -> None:
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"repo_id={repo_id!r} is not of the form namespace/name: e.g. --repo-id your-name/my-model.")
+
+
+def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_code: bool = False) -> PushPlan:
+    """Check `folder` and list what a push would send; raises `FolderNotReadyError` (every problem, one line each).
+
+    The rules, for the folder's top-level entries:
+
+    - Sent: the `MODEL_FILES` that are files, the shards its model.safetensors.index.json names, and the `.sha256`
+      of each weights file. Nothing else: other files and every subfolder (`runs/`, `checkpoint-*/`, `.cache/`,
+      credentials, optimizer state) are left out and named in `PushPlan.left_out`, not refused, so that a training
+      folder pushes as it is. A pickle anywhere under the folder is refused all the same (`find_pickles`).
+    - Links: a link inside the folder to a file inside it is read like the file. A link whose target resolves
+      outside the folder is never followed: with the name of a file that would be sent it is refused (the user
+      meant it to be sent, and sending a copy of something elsewhere on the machine is a decision to make by copying
+      the file in); with any other name it is left out like any other extra file.
+    - Weights: refused when a weights file fails its `.sha256`, is not a complete safetensors file, or holds NaN or
+      ±Inf in any floating tensor.
+    - Remote code: a code file that differs from the installed package's copy is refused (every downloader runs it
+      with trust_remote_code=True) unless `allow_modified_code`; then it is sent and `PushPlan.modified_code` says so.
+    - The folder's checks (`validate_folder`) run on exactly the files that would be sent, so a model that only
+      loads thanks to a file left out is refused rather than pushed broken.
+
+    A folder without README.md gets a card rendered from its run's records (`card_for_folder`), held in
+    `PushPlan.card`: nothing is written to the folder here.
+    """
+    folder = Path(folder)
+    if repo_id is not None:
+        _check_repo_id(repo_id)
+    if not folder.is_dir():
+        raise FolderNotReadyError(folder, validate_folder(folder))
+    root = folder.resolve()
+    entries = {path.name: path for path in sorted(folder.iterdir())}
+    wanted = set(MODEL_FILES) | {WEIGHTS_NAME + CHECKSUM_SUFFIX}
+    problems = []
+
+    def escapes(name: str) -> bool:
+        path = entries.get(name)
+        return path is not None and path.is_symlink() and not _resolves_inside(path, root)
+
+    def refuse_link(name: str) -> str:
+        link = entries[name]
+        try:
+            target = link.resolve()
+        except (OSError, RuntimeError):  # a link loop
+            return f"{name} is a link that never reaches a file (a loop of links): put the file itself in its place."
+        return (
+            f"{name} is a link to {target}, outside the folder, and push never follows a link out of the folder: "
+            f"copy the file into the folder (cp --remove-destination {target} {link}) if it belongs to the model."
+        )
+
+    if WEIGHTS_INDEX_NAME in entries and not escapes(WEIGHTS_INDEX_NAME) and entries[WEIGHTS_INDEX_NAME].is_file():
+        shards, shard_problems = _shard_names(entries[WEIGHTS_INDEX_NAME])
+        problems += shard_problems
+        wanted |= {name for shard in shards for name in (shard, shard + CHECKSUM_SUFFIX)}
+    problems += [refuse_link(name) for name in sorted(wanted) if escapes(name)]
+    if problems:  # nothing is read through a link out of the folder, not even to check it
+        raise FolderNotReadyError(folder, problems)
+
+    sources, left_out = {}, []
+    for name, path in entries.items():
+        if name in wanted and path.is_file():
+            sources[name] = path.resolve()
+        elif escapes(name):
+            left_out.append(f"{name} (a link out of the folder)")
+        else:
+            left_out.append(f"{name}/" if path.is_dir() else name)
+    card = None
+    if "README.md" not in entries:
+        rendered = card_for_folder(folder, repo_id)
+        card = None if rendered is None else str(rendered)
+
+    problems += _pickle_problems(folder)
+    problems += _weights_problems(sources, folder)
+    modified = _modified_code(sources)
+    if not allow_modified_code:
+        problems += [
+            f"{name} differs from the installed vanilla_transformer's own copy ({resources.files(__package__) / name})"
+            f", and every downloader runs it with trust_remote_code=True: re-save the model with this package "
+            f"(save_pretrained copies its code files) or copy that file over it; pass --allow-modified-code "
+            f"(allow_modified_code=True) if you changed it on purpose."
+            for name in modified
+        ]
+    files = {name: path.stat().st_size for name, path in sources.items()}
+    if card is not None:
+        files["README.md"] = len(card.encode("utf-8"))
+    plan = PushPlan(
+        folder=root,
+        files=dict(sorted(files.items())),
+        left_out=tuple(left_out),
+        modified_code=tuple(modified),
+        card=card,
+        sources=sources,
+    )
+    with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
+        staging = _stage(plan, Path(scratch))
+        # the checks name the staging folder where an error message quotes a path: show the user's folder instead
+        problems += [problem.replace(str(staging), str(folder)) for problem in _check_contents(staging)]
+    if problems:
+        raise FolderNotReadyError(folder, problems)
+    return plan
 
 
 # -- pushing --------------------------------------------------------------------------------------------------------
@@ -513,25 +814,34 @@ def push_folder(
     create_pr: bool = False,
     commit_message: str | None = None,
     token: str | None = None,
+    allow_modified_code: bool = False,
+    plan: PushPlan | None = None,
 ) -> CommitInfo:
-    """Check `folder` (rendering its card first when it has none and its run left records), then upload it to
-    `repo_id` (`namespace/name`) in one commit.
+    """Check `folder` (`plan_push`: what is sent, what is left out, what is refused), then upload exactly the files
+    of its plan to `repo_id` (`namespace/name`) in one commit.
 
-    The repo is created when missing (`private` applies then) and `revision` is a branch, created from `main` when
-    missing. With `create_pr` the commit becomes a pull request against `revision` (default `main`) of an existing
-    repo. Raises `FolderNotReadyError` (every problem, nothing sent) or `HubPushError` (the Hub refused; the remote
-    is unchanged). The endpoint and token come from `HF_ENDPOINT` and `HF_TOKEN` unless `token` is given.
+    A card rendered for a folder without one is also saved as the folder's README.md. The repo is created when
+    missing (`private` applies then) and `revision` is a branch, created from `main` when missing. With `create_pr`
+    the commit becomes a pull request against `revision` (default `main`) of an existing repo. `plan` is
+    `plan_push`'s answer for this folder, when the caller has it already (the CLI shows it before pushing), so that
+    the checks do not run twice. Raises `FolderNotReadyError` (every problem, nothing sent) or `HubPushError` (the
+    Hub refused; the remote is unchanged). The endpoint and token come from `HF_ENDPOINT` and `HF_TOKEN` unless
+    `token` is given.
     """
     folder = Path(folder)
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ValueError(f"repo_id={repo_id!r} is not of the form namespace/name: e.g. --repo-id your-name/my-model.")
-    if folder.is_dir() and not (folder / "README.md").exists():
-        card = card_for_folder(folder, repo_id)
-        if card is not None:
-            card.save(folder / "README.md")
-    problems = validate_folder(folder)
-    if problems:
-        raise FolderNotReadyError(folder, problems)
+    _check_repo_id(repo_id)
+    if plan is None:
+        plan = plan_push(folder, repo_id, allow_modified_code=allow_modified_code)
+    elif plan.folder != folder.resolve():
+        raise ValueError(f"the plan is for {plan.folder}, not {folder}: pass plan_push's answer for this folder.")
+    if plan.card is not None and not os.path.lexists(folder / "README.md"):
+        (folder / "README.md").write_bytes(plan.card.encode("utf-8"))  # the folder keeps the card it was pushed with
+    description = None
+    if plan.modified_code:
+        description = (
+            f"These code files differ from vanilla_transformer's own (pushed with --allow-modified-code): "
+            f"{', '.join(plan.modified_code)}."
+        )
 
     api = HfApi(token=token)
     try:
@@ -541,13 +851,14 @@ def push_folder(
             api.create_repo(repo_id, private=private, exist_ok=True)
             if revision not in (None, "main"):
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=folder,
-            revision=revision,
-            create_pr=create_pr,
-            commit_message=commit_message or f"Upload {folder.resolve().name}",
-            ignore_patterns=[".*", "**/.*", "__pycache__", "**/__pycache__/**"],
-        )
+        with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=_stage(plan, Path(scratch)),
+                revision=revision,
+                create_pr=create_pr,
+                commit_message=commit_message or f"Upload {plan.folder.name}",
+                commit_description=description,
+            )
     except HfHubHTTPError as error:
         raise HubPushError(_explain(error, repo_id, api.endpoint, revision, create_pr)) from error

@@ -7,20 +7,28 @@ reads it), so that a flipped bit in tensor data, which the safetensors format ca
 Reading: `check_model_folder` looks at a folder before transformers does and raises a `ModelFolderError` that names
 the file and the problem: a config.json that is not JSON, is another model's, or lacks the fields that size the
 model; weights that exist only as a pickle (`pytorch_model.bin`: named, never opened, since unpickling runs
-arbitrary code); a truncated or corrupted safetensors file, or one that no longer matches its checksum.
-`load_model_and_tokenizer` runs those checks, loads with `use_safetensors=True`, and refuses a tokenizer whose ids do
-not fit the model. The translate, evaluate, average and plot commands load through it.
+arbitrary code); a truncated or corrupted safetensors file, or one that no longer matches its checksum; and weights
+that cannot be right although the file is intact (`check_weights`): tensors the model class does not have, tensors
+it needs that are missing (transformers would initialise them at random), tensors of the wrong shape, and NaN, Inf
+or absurdly large values (a diverged run, a flipped exponent bit).
+`load_model_and_tokenizer` runs those checks, loads with `use_safetensors=True`, and refuses a tokenizer that is not
+the model's: one whose fingerprint differs from the `tokenizer_fingerprint` recorded in config.json by training, or,
+in folders that predate it, one whose ids do not fit the model. The translate, evaluate, average and plot commands
+load through it.
 """
 
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
+from typing import NamedTuple
 
+import torch
 from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from .tokenization import load_tokenizer
+from .tokenization import load_tokenizer, tokenizer_fingerprint
 
 MODEL_TYPE = "vanilla_transformer"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -39,6 +47,13 @@ REQUIRED_CONFIG_FIELDS = (
 )
 # weights stored with Python's pickle (torch.save), which can run any code when loaded
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# no training yields a weight this large: its square overflows float32, and it is what flipping the top exponent bit
+# makes of any float32 or bfloat16 weight above 2^-63 (a weight of exactly 0 becomes ±2, which no check can tell)
+HUGE_WEIGHT = 2.0**64
+# how many names an error lists before "and N more"
+LISTED = 5
 
 
 class ModelFolderError(ValueError):
@@ -205,12 +220,143 @@ def weight_files(folder: str | Path) -> list[Path]:
 def check_model_folder(folder: str | Path) -> dict:
     """Check a saved model folder before it is loaded (see the module docstring); returns its parsed config.json."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise ModelFolderError(f"{folder} is not a folder; pass a folder written by save_pretrained.")
+    check_is_folder(folder)
     config = check_config_file(folder / "config.json")
     for path in weight_files(folder):
         check_safetensors_file(path)
+    check_weights(folder, config)
     return config
+
+
+def check_is_folder(folder: str | Path) -> None:
+    """Raise a `ModelFolderError` unless `folder` is an existing folder, saying whether it is a file or absent."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise ModelFolderError(
+            f"{folder} is a file, expected a model folder (config.json, model.safetensors and the tokenizer files "
+            f"that save_pretrained writes); pass the folder that holds them, e.g. {folder.parent}."
+        )
+    raise ModelFolderError(
+        f"{folder} does not exist; pass a model folder written by save_pretrained (a run's final/ or checkpoint-N/), "
+        f"or a Hub id (owner/name)."
+    )
+
+
+def _listed(names: list[str]) -> str:
+    """The first `LISTED` names, comma-separated, and how many more there are."""
+    shown = ", ".join(names[:LISTED])
+    return shown if len(names) <= LISTED else f"{shown} and {len(names) - LISTED} more"
+
+
+class ExpectedTensors(NamedTuple):
+    """What a folder's weights must be, for one config.json (see `expected_tensors`)."""
+
+    model_class: str
+    shapes: dict[str, tuple[int, ...]]  # every tensor of the model's state dict
+    optional: set[str]  # those that may be absent: tied weights, and what the class does without
+    ignored: list[str]  # patterns of extra names the class accepts (`_keys_to_ignore_on_load_unexpected`)
+
+
+def expected_tensors(config: dict | PretrainedConfig, source: str = "config.json") -> ExpectedTensors:
+    """The tensors a folder with this config.json must hold, from the model class `AutoModelForSeq2SeqLM` builds on
+    the meta device (no memory, no initialisation). Tied weights may be absent: save_pretrained stores one of each
+    tied group (`model.shared.weight`, not `lm_head.weight` nor the encoder's and decoder's embeddings). `source`
+    names the config in errors."""
+    from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+    if isinstance(config, dict):
+        try:
+            config = VanillaTransformerConfig.from_dict(config)
+        except (ValueError, TypeError) as error:
+            raise ModelFolderError(
+                f"{source} describes no valid model ({error}); restore the config.json saved with the weights."
+            ) from None
+    with torch.device("meta"):
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    optional = set(tied)
+    for pattern in [*(model._keys_to_ignore_on_load_missing or []), *(model._keys_to_ignore_on_save or [])]:
+        optional |= {name for name in shapes if re.search(pattern, name)}
+    ignored = list(model._keys_to_ignore_on_load_unexpected or [])
+    return ExpectedTensors(type(model).__name__, shapes, optional, ignored)
+
+
+def check_weights(folder: str | Path, config: dict | PretrainedConfig) -> None:
+    """Raise a `ModelFolderError` if the tensors of `folder`'s safetensors files cannot be this model's weights:
+    names the model class lacks (unexpected: transformers would drop them) or needs and cannot find (missing:
+    transformers would initialise them at random), shapes other than the config implies, and floating-point values
+    that are NaN, infinite, or of magnitude >= 2^64 (`HUGE_WEIGHT`). Tensors are read one at a time."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    files = weight_files(folder)
+    expected = expected_tensors(config, str(folder / "config.json"))
+    shapes = expected.shapes
+    fix = "restore the folder from a good copy (or the checkpoint it was made from), or re-save the model"
+    found: dict[str, tuple[Path, tuple[int, ...]]] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():
+                found[name] = (path, tuple(handle.get_slice(name).get_shape()))
+    unexpected = sorted(
+        name for name in found if name not in shapes and not any(re.search(p, name) for p in expected.ignored)
+    )
+    if unexpected:
+        where = ", ".join(sorted({found[name][0].name for name in unexpected}))
+        raise ModelFolderError(
+            f"{folder} holds {len(unexpected)} tensor(s) that {expected.model_class} with its config.json lacks "
+            f"({_listed(unexpected)}) in {where}: the weights belong to another model or another configuration, and "
+            f"transformers would silently drop them. Pass the config.json saved with these weights, or {fix}."
+        )
+    missing = sorted(name for name in shapes if name not in found and name not in expected.optional)
+    if missing:
+        raise ModelFolderError(
+            f"{folder} lacks {len(missing)} tensor(s) of the model ({_listed(missing)}) in "
+            f"{', '.join(path.name for path in files)}: transformers would initialise them at random and the model "
+            f"would translate differently. The file was cut or edited; {fix}."
+        )
+    wrong = [
+        f"{name} is {list(shape)} in {path.name}, expected {list(shapes[name])}"
+        for name, (path, shape) in sorted(found.items())
+        if name in shapes and shape != shapes[name]
+    ]
+    if wrong:
+        raise ModelFolderError(
+            f"{folder} holds {len(wrong)} tensor(s) whose shape does not match its config.json: {_listed(wrong)}. "
+            f"The weights come from a model of another size; pass the config.json saved with them, or {fix}."
+        )
+    bad = []
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():
+                problem = _bad_values(handle.get_tensor(name))
+                if problem:
+                    bad.append((path, f"{name} ({problem})"))
+    if bad:
+        where = ", ".join(str(path) for path in sorted({path for path, _ in bad}))
+        raise ModelFolderError(
+            f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}. "
+            f"NaN and Inf come from a run that diverged (or overflowed in float16), huge values from a corrupted "
+            f"file (a flipped exponent bit); the model would translate to empty or garbage lines. Restore the folder "
+            f"from a good copy, use an earlier checkpoint, or re-train."
+        )
+
+
+def _bad_values(tensor: torch.Tensor) -> str:
+    """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return ""
+    low, high = torch.aminmax(tensor)  # one pass; NaN propagates to both
+    if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
+        return ""
+    nan = int(torch.isnan(tensor).sum())
+    inf = int(torch.isinf(tensor).sum())
+    huge = int((tensor.abs() >= HUGE_WEIGHT).sum()) - inf  # float16 cannot hold 2^64: only its Inf count here
+    parts = [f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf"), (huge, "of magnitude >= 2^64")) if count]
+    return f"{', '.join(parts)} of {tensor.numel()} values" if parts else ""
 
 
 def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig, source: str) -> None:
@@ -234,16 +380,74 @@ def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: Pretr
             )
 
 
+def check_tokenizer_files(folder: str | Path) -> None:
+    """Raise a `ModelFolderError` naming the tokenizer files (`TOKENIZER_FILES`) a model folder lacks."""
+    folder = Path(folder)
+    missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ModelFolderError(
+            f"{folder} lacks {' and '.join(missing)}: a model folder needs the tokenizer saved with the model, whose "
+            f"ids the weights were trained on. Copy {' and '.join(missing)} from the training run's tokenizer/ folder "
+            f"(or the checkpoint the weights came from) into {folder}, or call tokenizer.save_pretrained on it."
+        )
+
+
+def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig, source: str) -> None:
+    """Raise a `ModelFolderError` if the tokenizer is not the one the model was trained with: its
+    `tokenizer_fingerprint` differs from the one training recorded in config.json. Folders that record none (saved
+    before the fingerprint existed) get the weaker `check_tokenizer_fits_model` only."""
+    recorded = getattr(config, "tokenizer_fingerprint", None)
+    if recorded is not None:
+        actual = tokenizer_fingerprint(tokenizer)
+        if actual != recorded:
+            raise ModelFolderError(
+                f"The tokenizer of {source} (tokenizer.json) is not the one the model was trained with: its "
+                f"fingerprint is {actual[:16]}… but {source}/config.json records tokenizer_fingerprint="
+                f"{recorded[:16]}…, so the ids would stand for other tokens and the output would be garbage. Copy "
+                f"tokenizer.json and tokenizer_config.json from the training run's tokenizer/ folder (or the "
+                f"checkpoint the weights came from) into {source}."
+            )
+    check_tokenizer_fits_model(tokenizer, config, source)
+
+
+def check_loaded_weights(model: PreTrainedModel, loading_info: dict, source: str) -> None:
+    """For a model loaded from the Hub, whose files `check_weights` never saw: raise a `ModelFolderError` if
+    transformers found tensors missing or unexpected (`output_loading_info`), or a weight holds NaN, Inf or a value of
+    magnitude >= 2^64."""
+    fix = f"the upload of {source} is broken; ask its owner to re-upload it, or use another revision"
+    for kind, effect in (("missing", "initialised at random"), ("unexpected", "dropped")):
+        names = sorted(loading_info.get(f"{kind}_keys") or [])
+        if names:
+            raise ModelFolderError(
+                f"{source}: {len(names)} tensor(s) {kind} in its weights ({_listed(names)}), which transformers "
+                f"{effect}; {fix}."
+            )
+    bad = [f"{name} ({problem})" for name, tensor in model.state_dict().items() if (problem := _bad_values(tensor))]
+    if bad:
+        raise ModelFolderError(f"{source} holds impossible weights in {len(bad)} tensor(s): {_listed(bad)}; {fix}.")
+
+
 def load_model_and_tokenizer(
     name_or_path: str | Path, device: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model (in eval mode, on `device` if given) and tokenizer of a saved folder or Hub id, after the checks of
-    `check_model_folder` (local folders) and `check_tokenizer_fits_model`. Only safetensors weights are loaded."""
-    if Path(name_or_path).is_dir():
-        check_model_folder(name_or_path)
+    """The model (in eval mode, on `device` if given) and tokenizer of a saved folder or Hub id.
+
+    A local folder is checked before transformers reads it (`check_model_folder`: config, safetensors files,
+    checksums, tensor names, shapes and values; `check_tokenizer_files`); a Hub id after loading
+    (`check_loaded_weights`). Either way the tokenizer must be the model's (`check_tokenizer_matches_model`). Only
+    safetensors weights are loaded. A path that exists as a file, or a path-like name that does not exist, is named
+    as such rather than looked up on the Hub."""
+    path = Path(name_or_path)
+    text = str(name_or_path)
+    local = path.exists() or path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1 or "\\" in text
+    if local:
+        check_model_folder(path)
+        check_tokenizer_files(path)
     tokenizer = load_tokenizer(name_or_path)
-    model = AutoModelForSeq2SeqLM.from_pretrained(str(name_or_path), use_safetensors=True)
-    check_tokenizer_fits_model(tokenizer, model.config, str(name_or_path))
+    model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(text, use_safetensors=True, output_loading_info=True)
+    if not local:
+        check_loaded_weights(model, loading_info, text)
+    check_tokenizer_matches_model(tokenizer, model.config, text)
     if device is not None:
         model.to(device)
     return model.eval(), tokenizer
@@ -252,9 +456,15 @@ def load_model_and_tokenizer(
 __all__ = [
     "ModelFolderError",
     "check_config_file",
+    "check_is_folder",
+    "check_loaded_weights",
     "check_model_folder",
     "check_safetensors_file",
+    "check_tokenizer_files",
     "check_tokenizer_fits_model",
+    "check_tokenizer_matches_model",
+    "check_weights",
+    "expected_tensors",
     "fsync_tree",
     "load_model_and_tokenizer",
     "weight_files",

@@ -22,16 +22,20 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.dynamic_module_utils import custom_object_save
 
-from .checkpoints import checkpoint_step, list_checkpoints
+from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
+from .integrity import fsync_directory, fsync_tree
 from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
+from .outputs import STAGED_SUFFIX, begin_staged_folder, publish_staged_folder, write_text_atomic
 from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate, record_run_preset
 from .settings_check import check_settings, check_tokenized
-from .training import build_model, load_corpora_and_tokenizer
+from .training import build_model, check_run_folder, load_corpora_and_tokenizer
 
 LOG_FILE = "train_log.json"
+# the middle of the fixed hidden name the final model is written under (`save_final_model`)
+FINAL_STAGING = "final-model"
 
 
 @dataclass
@@ -98,21 +102,49 @@ def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 def save_checkpoint(accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, keep: int) -> None:
     """`accelerator.save_state` (weights as `model.safetensors`, optimizer, schedule, random states) plus config,
     generation config and tokenizer, so that a checkpoint also loads with `from_pretrained` and averages with
-    `checkpoints.average_checkpoints` (§6.1) like the Trainer's. Only the newest `keep` checkpoints are kept."""
-    accelerator.save_state(str(folder), safe_serialization=True)
+    `checkpoints.average_checkpoints` (§6.1) like the Trainer's. Only the newest `keep` checkpoints are kept.
+
+    Every process writes into `tmp-checkpoint-N` (`checkpoints.STAGING_PREFIX`), which becomes `checkpoint-N` only
+    when complete, so a run killed while saving leaves no half-written checkpoint to resume from."""
+    staging = folder.with_name(STAGING_PREFIX + folder.name)
     if accelerator.is_main_process:
-        save_model_files(accelerator.unwrap_model(model), tokenizer, folder)
+        shutil.rmtree(staging, ignore_errors=True)  # a leftover of a run killed while saving this step
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging), safe_serialization=True)
+    if accelerator.is_main_process:
+        save_model_files(accelerator.unwrap_model(model), tokenizer, staging)
+    accelerator.wait_for_everyone()  # every process's random states are in
+    if accelerator.is_main_process:
+        fsync_tree(staging)  # the bytes reach the disk before the name does
+        if folder.exists():  # a checkpoint of this step from before a resume: the new one replaces it
+            shutil.rmtree(folder)
+        staging.rename(folder)
+        fsync_directory(folder.parent)
         for old in list_checkpoints(folder.parent)[:-keep]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
 
 
-def save_final_model(accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path) -> None:
+def save_final_model(
+    accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, command: str = "train-no-trainer"
+) -> None:
     """Weights through `accelerator.save_model` (it gathers them from FSDP shards; safetensors, the tied matrix
-    once), with `save_model_files` beside them: a folder for `from_pretrained`."""
-    accelerator.save_model(model, str(folder), safe_serialization=True)
+    once), with `save_model_files` beside them: a folder for `from_pretrained`. It is written under a hidden name
+    beside `folder` and replaces it whole (`outputs.publish_staged_folder`) only when complete."""
+    # one name every process knows (save_model gathers from all of them), not a random one
+    staging = folder.with_name(f".{folder.name}-{FINAL_STAGING}{STAGED_SUFFIX}")
     if accelerator.is_main_process:
-        save_model_files(accelerator.unwrap_model(model), tokenizer, folder)
+        begin_staged_folder(folder, name=staging.name)
+    accelerator.wait_for_everyone()
+    try:
+        accelerator.save_model(model, str(staging), safe_serialization=True)
+        if accelerator.is_main_process:
+            save_model_files(accelerator.unwrap_model(model), tokenizer, staging)
+            # the run's own final/: replaced whatever it held
+            publish_staged_folder(staging, folder, "model", command, overwrite=True)
+    finally:
+        if accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
     accelerator.wait_for_everyone()
 
 
@@ -133,6 +165,7 @@ def train_no_trainer(
     train_samples: int | None = None,
     log_steps: int = 50,
     threads: int | None = None,
+    overwrite: bool = False,
 ) -> NoTrainerRun:
     """Train `preset` into `output_dir` with a hand-written `accelerate` loop; resume from the newest
     `checkpoint-N` there when `resume`. Launch it once per process (`accelerate launch`, `torchrun`).
@@ -147,6 +180,9 @@ def train_no_trainer(
 
     Settings that cannot finish are refused before the corpus is loaded or, for those that depend on the data, right
     after it is tokenized (`settings_check`), as are folders that hold a run with other settings.
+
+    `output_dir` must be new, empty, or a run of ours (`training.check_run_folder`; anything else only with
+    `overwrite`). Checkpoints, `final/` and the log are written under other names and renamed when complete.
     """
     # before the process group exists: every process refuses the same settings, none waits for another
     check_settings(
@@ -164,6 +200,8 @@ def train_no_trainer(
         max_grad_norm=max_grad_norm,
         threads=threads,
     )
+    # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
+    check_run_folder(preset, output_dir, overwrite)
     output = Path(output_dir)
     accelerator = Accelerator(
         # without a GPU, accelerate forms a multi-process (gloo) group only when told it runs on the CPU
@@ -178,6 +216,8 @@ def train_no_trainer(
     if threads:
         torch.set_num_threads(threads)
     set_seed(seed)
+    if accelerator.is_main_process:
+        remove_stale_staging(output)  # checkpoints a killed run left half-written
     record_run_preset(output, preset, resume, write=accelerator.is_main_process)
 
     train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
@@ -250,7 +290,7 @@ def train_no_trainer(
                 "evaluations": run.evaluations,
                 "predictions": run.predictions,
             }
-            (output / LOG_FILE).write_text(json.dumps(log, indent=1) + "\n")
+            write_text_atomic(output / LOG_FILE, json.dumps(log, indent=1) + "\n")
 
     def validate() -> None:
         hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-from .checkpoints import checkpoint_step, staged_folder
+from .checkpoints import checkpoint_step
 from .data.corpora import read_lines
 from .data.multi30k import multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card, training_hyperparameters
+from .outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
 from .recipe import PRESET_FLAGS, TRAINING_PRESETS, same_setting
 from .tokenization import lowercases
 
@@ -65,10 +66,12 @@ def tune_length_penalty(
 
 
 def set_length_penalty(folder: str | Path, alpha: float) -> None:
-    """Make `alpha` the default length penalty of the model folder's `generation_config.json`."""
+    """Make `alpha` the default length penalty of the model folder's `generation_config.json` (replaced whole)."""
     generation = GenerationConfig.from_pretrained(folder)
     generation.length_penalty = alpha
-    generation.save_pretrained(folder)
+    with tempfile.TemporaryDirectory() as scratch, staged_file(Path(folder) / "generation_config.json") as staging:
+        generation.save_pretrained(scratch)  # validates the config, and writes it as transformers does
+        shutil.copyfile(Path(scratch) / "generation_config.json", staging)
 
 
 def adopt_best_length_penalty(
@@ -168,11 +171,16 @@ def write_release(
     training: dict,
     run_preset: dict,
     release_flags: str = "",
+    overwrite: bool = False,
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (`templates/model_card.md`, with the commands that
     reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
-    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole."""
+    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole. A `release_dir` that is,
+    holds or lies inside the model folder is refused, as is a non-empty one that is not a release folder a command
+    wrote, unless `overwrite` (`outputs.check_output_folder`)."""
     release = Path(release_dir)
+    check_not_an_input(release, [("the averaged model", final_dir)])
+    check_output_folder(release, "release", overwrite)
     summaries = {split: _summary(scores) for split, scores in results.items()}
     run_dir = f"outputs/{release.name}"
     card = render_model_card(
@@ -185,9 +193,9 @@ def write_release(
             f"vanilla-transformer release --run-dir {run_dir} --output-dir {release.name}" + release_flags,
         ],
     )
-    with staged_folder(release) as staging:
+    with staged_folder(release, "release", "release", overwrite) as staging:
         for item in Path(final_dir).iterdir():
-            if item.is_file():
+            if item.is_file() and not item.name.startswith("."):  # not the model folder's marker
                 shutil.copy2(item, staging / item.name)
         (staging / "results.json").write_text(json.dumps({"results": summaries, "training": training}, indent=2) + "\n")
         card.save(staging / "README.md")

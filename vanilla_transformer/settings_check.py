@@ -9,10 +9,12 @@ exists or the corpus is read, and `check_tokenized` right after tokenizing, befo
 Every process of a distributed run calls both with the same inputs before any collective call, so all of them raise
 the same error and none is left waiting.
 
-Only what cannot work is refused. `--eval-steps` or `--save-steps` past `--max-steps` still validate, and the Trainer
-still saves, once, at the last update (transformers' `DefaultFlowCallback` evaluates and saves at `max_steps`; the
-loop of `no_trainer.py` validates at its end); `--tokens-per-update` below one batch makes updates of one batch;
-`--warmup-steps` past `--max-steps` ends the run on the rising part of the §5.3 schedule.
+The command line refuses a single value out of range earlier still, where it parses the flag (the `type=` checks of
+`vanilla_transformer/commands`); these checks stay for the training functions' own callers and for what only the
+settings together tell. Only what cannot work is refused. `--eval-steps` or `--save-steps` past `--max-steps` still
+validate, and the Trainer still saves, once, at the last update (transformers' `DefaultFlowCallback` evaluates and
+saves at `max_steps`; the loop of `no_trainer.py` validates at its end); `--tokens-per-update` below one batch makes
+updates of one batch; `--warmup-steps` past `--max-steps` ends the run on the rising part of the §5.3 schedule.
 """
 
 import math
@@ -111,6 +113,11 @@ def check_settings(
         if value < 1:
             leave_out = ", or leave the flag out" if name in options else ""
             problems.append(f"{flag(name, value)}: the number of {COUNTS[name]} must be at least 1{leave_out}.")
+    if eval_beams > preset.vocab_size >= 1:  # more beams than continuations: the search only repeats itself
+        problems.append(
+            f"{flag('eval_beams', eval_beams)} is more beams than the vocabulary's {preset.vocab_size} tokens "
+            f"(--vocab-size); give --eval-beams {min(4, preset.vocab_size)} (the paper) or at most {preset.vocab_size}."
+        )
     if preset.vocab_size < MIN_VOCAB_SIZE:
         problems.append(
             f"{flag('vocab_size', preset.vocab_size)} cannot hold the {len(SPECIAL_TOKENS)} special tokens and 256 "

@@ -6,6 +6,8 @@ normalization (lowercasing only when asked), and languages written without space
 sub-words like any other.
 """
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,8 @@ MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256
 # what `from_pretrained` records about the load itself in `init_kwargs`, and `save_pretrained` would write into
 # `tokenizer_config.json` for every later user of the saved folder (transformers 5.x)
 LOAD_TIME_KEYS = ("is_local", "local_files_only")
+# bumped whenever what `tokenizer_fingerprint` digests changes (old fingerprints then no longer compare equal)
+FINGERPRINT_VERSION = 1
 
 
 def train_joint_bpe(
@@ -106,6 +110,35 @@ def load_tokenizer(name_or_path: str | Path, **kwargs) -> PreTrainedTokenizerBas
     for key in LOAD_TIME_KEYS:
         tokenizer.init_kwargs.pop(key, None)
     return tokenizer
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A SHA-256 hex digest of what gives the tokenizer's ids their meaning: the vocabulary (every token and its id,
+    added tokens included), the special tokens (name, text, id) and, for a tokenizer backed by `tokenizers`
+    (tokenizer.json), its model's type and merges. Training records it in the model's config.json
+    (`tokenizer_fingerprint`), so that a folder holding another run's tokenizer is refused when loaded.
+
+    Settings that change how text is split but not what an id stands for (normalizer, pre-tokenizer, post-processor,
+    `model_max_length`) are left out, and so is everything about how the tokenizer was loaded: the digest is the same
+    for a tokenizer in memory, saved and loaded again, under transformers 5.15 to 5.24.
+    """
+    special = {}
+    for name, value in sorted(tokenizer.special_tokens_map.items()):
+        tokens = [str(token) for token in (value if isinstance(value, (list, tuple)) else [value])]
+        special[name] = [[token, tokenizer.convert_tokens_to_ids(token)] for token in tokens]
+    content = {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "vocab": sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0])),
+        "special_tokens": special,
+    }
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        model = json.loads(backend.to_str()).get("model", {})
+        # merges are pairs ["a", "b"] in tokenizers >= 0.20, strings "a b" before
+        merges = [merge.split(" ") if isinstance(merge, str) else list(merge) for merge in model.get("merges", [])]
+        content["model"] = {"type": model.get("type"), "merges": merges}
+    serialized = json.dumps(content, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(serialized.encode("utf-8")).hexdigest()
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | Path) -> Path:

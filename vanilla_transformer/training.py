@@ -1,6 +1,7 @@
 """The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,11 +10,12 @@ from accelerate import PartialState
 from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
-from .checkpoints import average_checkpoints, last_complete_checkpoint, staged_folder
+from .checkpoints import average_checkpoints, last_complete_checkpoint
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .outputs import check_not_an_input, check_output_folder, corpus_location, staged_folder
 from .recipe import (
     TrainingPreset,
     VanillaTransformerTrainer,
@@ -22,7 +24,9 @@ from .recipe import (
     record_run_preset,
 )
 from .settings_check import check_settings, check_tokenized
-from .tokenization import load_tokenizer, save_tokenizer, train_joint_bpe
+from .tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,9 +47,25 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
     pairs = train_corpus["translation"]
     texts = [pair[source_lang] for pair in pairs] + [pair[target_lang] for pair in pairs]
     tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size, lowercase=preset.lowercase)
-    with staged_folder(folder) as staging:  # a run killed while saving leaves no half-written tokenizer to reuse
+    # a run killed while saving leaves no half-written tokenizer to reuse; the run's own folder: replaced freely
+    with staged_folder(folder, "tokenizer", "train", overwrite=True) as staging:
         save_tokenizer(tokenizer, staging)
     return tokenizer
+
+
+def check_run_folder(preset: TrainingPreset, output_dir: str | Path, overwrite: bool = False) -> None:
+    """Refuse, before anything is read, an `output_dir` that is, holds or lies inside the corpus files, and a
+    non-empty folder that is not a run of ours unless `overwrite`: a run resumes in its own folder, and starts in a
+    new or empty one. A run's marker is its `preset.json` (`recipe.record_run_preset` writes it first), its
+    `tokenizer/tokenizer.json` (a run copied or recorded without its preset), or a `training-run` marker
+    (`outputs.check_output_folder`). A file is left to `check_settings`."""
+    output = Path(output_dir)
+    check_not_an_input(output, [("the corpus", corpus_location(preset.corpus))])
+    if output.exists() and not output.is_dir():
+        return
+    recognised = ("preset.json", "tokenizer/tokenizer.json")
+    if check_output_folder(output, "training-run", overwrite, recognised_by=recognised, overwrite_does="train there"):
+        logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", output)
 
 
 def load_corpora_and_tokenizer(
@@ -71,13 +91,15 @@ def load_corpora_and_tokenizer(
 
 def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
     """The preset's architecture (`TrainingPreset.model_config`) with the tokenizer's vocabulary size and
-    special-token ids."""
+    special-token ids, and the tokenizer's fingerprint (`tokenizer_fingerprint`), which every folder saved from the
+    model records in config.json so that loading it beside another tokenizer is refused."""
     config = preset.model_config(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
     )
     return VanillaTransformerForConditionalGeneration(config)
 
@@ -99,6 +121,8 @@ def train(
     max_grad_norm: float = 0.0,
     bf16: bool = False,
     fp16: bool = False,
+    overwrite: bool = False,
+    command: str = "train",
 ) -> TrainingRun:
     """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
     its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
@@ -113,6 +137,10 @@ def train(
     target tokens of all of them, and accumulation reaches `preset.tokens_per_update` counted over all of them.
     `per_device_batch_size` replaces the token batches by batches of that many pairs (the Trainer's own sampler);
     `max_grad_norm=0` clips nothing, as the paper; `bf16`/`fp16` train in mixed precision.
+
+    `output_dir` must be new, empty, or a run of ours (`check_run_folder`; anything else only with `overwrite`);
+    `final/` is written beside its place and replaces the old one whole, marked as written by `vanilla-transformer
+    <command>`.
     """
     # before the process group exists: every process refuses the same settings, none waits for another
     check_settings(
@@ -127,6 +155,8 @@ def train(
         max_grad_norm=max_grad_norm,
         threads=threads,
     )
+    # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
+    check_run_folder(preset, output_dir, overwrite)
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if threads:
@@ -218,7 +248,8 @@ def train(
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = output / "final"
     if trainer.is_world_process_zero():
-        averaged = average_checkpoints(output, final, preset.average_last)
+        # the run's own final/ (a folder inside the run, which this function owns): replaced whole
+        averaged = average_checkpoints(output, final, preset.average_last, overwrite=True, command=command)
         print(f"averaged {[p.name for p in averaged]} into {final}")
     trainer.accelerator.wait_for_everyone()
     return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))

@@ -4,20 +4,319 @@ A command module's docstring is its help (the first line: its summary in the com
 declares its flags, and `run(args)` does the work: arguments that do not go together raise `UsageError`, and an
 expected failure ends with `sys.exit("error: ...")`. Each module imports what does the work (datasets, evaluate,
 matplotlib, the trainer) inside `run`, so that `--help` stays quick.
+
+Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a batch of 0
+pairs, a beam of 0, a folder where a file is read, a device this machine lacks) stops the command at once with one
+line naming the flag, the value and the fix (argparse's `error: argument --flag: ...`, exit status 2). What only the
+loaded model can tell (beams past its vocabulary) is checked by the model's `generate`.
 """
 
 import argparse
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 # --data-dir of the commands that read Multi30k: None is resolved by vanilla_transformer.data.multi30k.multi30k_dir
 DATA_DIR_HELP = (
     "a folder of {split}.{lang} files and tok/; default: $VANILLA_TRANSFORMER_MULTI30K, else the official Multi30k "
     "files, downloaded once to the cache"
 )
+# the widest beam a command accepts: the paper decodes with 4 (§6.1), and past a few dozen beams BLEU only falls while
+# each step scores batch x beams x vocabulary candidates (9000 beams of an 8k vocabulary run for minutes per sentence)
+MAX_NUM_BEAMS = 1000
+# what transformers.set_seed accepts (numpy's seeds are unsigned 32-bit numbers)
+MAX_SEED = 2**32 - 1
 
 
 class UsageError(Exception):
     """Arguments that parse but do not go together: the command line prints its usage and this message and exits
     with status 2, as argparse's `parser.error` does."""
+
+
+# --- numbers ---------------------------------------------------------------------------------------------------------
+
+
+def _whole_number(text: str, fix: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: {fix}") from None
+
+
+def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Callable[[str], int]:
+    """A `type=` for whole numbers from `minimum` to `maximum` (no upper end when None); `fix` ends the message of a
+    value refused (default: the range to give)."""
+    if not fix:
+        fix = f"give {minimum} or more" if maximum is None else f"give a number from {minimum} to {maximum}"
+
+    def check(text: str) -> int:
+        value = _whole_number(text, fix)
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {fix}")
+        return value
+
+    check.__name__ = f"int_in_range_{minimum}_{maximum}"
+    return check
+
+
+positive_int = int_in_range(1)
+positive_int.__doc__ = "A `type=` for counts that must be at least 1 (steps, batches, samples)."
+non_negative_int = int_in_range(0)
+non_negative_int.__doc__ = "A `type=` for 0-based indices (layers, heads)."
+optional_count = int_in_range(1, fix="give 1 or more, or leave the flag out")
+optional_count.__doc__ = "`positive_int` for options with a default when left out (threads, batch sizes of pairs)."
+num_beams = int_in_range(1, MAX_NUM_BEAMS, fix=f"give a beam size from 1 (greedy) to {MAX_NUM_BEAMS}; the paper's is 4")
+num_beams.__doc__ = (
+    f"A `type=` for beam sizes: 1 (greedy) to {MAX_NUM_BEAMS}; `generate` checks the model's vocabulary."
+)
+seed = int_in_range(0, MAX_SEED)
+seed.__doc__ = f"A `type=` for random seeds: 0 to {MAX_SEED}, what `transformers.set_seed` takes."
+
+
+def float_in_range(low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False,
+                   fix: str) -> Callable[[str], float]:  # fmt: skip
+    """A `type=` for finite numbers between `low` and `high`, each included unless `low_open` / `high_open`;
+    `fix` ends the message of a value refused. `nan` and `inf` are refused."""
+
+    def check(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: {fix}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number: {fix}")
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (above and below):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {fix}")
+        return value
+
+    check.__name__ = f"float_in_range_{low}_{high}"
+    return check
+
+
+finite_float = float_in_range(-math.inf, fix="give a finite number")
+finite_float.__doc__ = "A `type=` for any finite number (`nan` and `inf` are refused)."
+positive_float = float_in_range(0, low_open=True, fix="give a number above 0")
+positive_float.__doc__ = "A `type=` for finite numbers above 0 (a learning-rate factor)."
+non_negative_float = float_in_range(0, fix="give 0 or more")
+non_negative_float.__doc__ = "A `type=` for finite numbers of at least 0 (a norm where 0 means no clipping, hours)."
+probability = float_in_range(0, 1, fix="give a number from 0 to 1 (the paper: 0.1)")
+probability.__doc__ = "A `type=` for a probability mass in [0, 1] (label smoothing, §5.4)."
+dropout_rate = float_in_range(0, 1, high_open=True, fix="give a number from 0 to below 1 (the paper: 0.1)")
+dropout_rate.__doc__ = "A `type=` for a dropout rate in [0, 1): at 1 nothing would pass (§5.4)."
+
+
+def float_list(text: str) -> list[float]:
+    """A `type=` for comma-separated finite numbers, e.g. length penalties `0.6,1.0,1.5`."""
+    fix = "give numbers separated by commas, e.g. 0.6,1.0"
+    values = [value.strip() for value in text.split(",")]
+    if not all(values):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item: {fix}")
+    try:
+        return [finite_float(value) for value in values]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} holds an item that is not a finite number: {fix}") from None
+
+
+def bpe_vocab_size(text: str) -> int:
+    """A `type=` for the joint BPE's vocabulary size: room for its special tokens and 256 byte symbols at least."""
+    from ..tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
+
+    fix = f"give {MIN_VOCAB_SIZE} or more (the paper: 37000 for WMT14 En-De, ~8000 suits Multi30k)"
+    value = _whole_number(text, fix)
+    if value < MIN_VOCAB_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"{value} cannot hold the {len(SPECIAL_TOKENS)} special tokens and 256 byte symbols of the byte-level "
+            f"BPE: {fix}"
+        )
+    return value
+
+
+def comma_separated_choices(choices: Iterable[str]) -> Callable[[str], str]:
+    """A `type=` for a comma-separated subset of `choices`; the text itself is kept, for `run` to split."""
+    choices = tuple(choices)
+
+    def check(text: str) -> str:
+        names = [name.strip() for name in text.split(",")]
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            known = ",".join(choices)
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: no {', '.join(unknown)}; give a comma-separated subset of {known}"
+            )
+        return text
+
+    check.__name__ = "comma_separated_choices"
+    return check
+
+
+# --- devices ---------------------------------------------------------------------------------------------------------
+
+
+def available_devices() -> list[str]:
+    """The torch devices of this machine: cpu, then cuda and cuda:N for each GPU, then mps on Apple silicon."""
+    import torch
+
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += ["cuda", *(f"cuda:{index}" for index in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def device(text: str) -> str:
+    """A `type=` for a torch device this machine has (`available_devices`)."""
+    devices = available_devices()
+    if text not in devices:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device of this machine: give one of {', '.join(devices)}")
+    return text
+
+
+# --- paths -----------------------------------------------------------------------------------------------------------
+
+
+def _blocked(path: Path) -> str | None:
+    """Why a file or folder cannot be created at `path`, or None: an existing parent that is a file, or a folder that
+    this user may not write in."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, so nothing can be created under it"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"this user may not write in {parent}"
+    return None
+
+
+def _relative(text: str) -> str:
+    """Where a relative path is looked for, for a message about a path not found."""
+    return "" if Path(text).expanduser().is_absolute() else f" (relative to {Path.cwd()})"
+
+
+def existing_file(text: str) -> str:
+    """A `type=` for a file to read: it exists, is not a folder, and this user may read it."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file: give the file itself")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no file {text}{_relative(text)}: check the path")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"this user may not read {text}: check its permissions")
+    return text
+
+
+def input_file(text: str) -> str:
+    """`existing_file`, or '-' for stdin."""
+    return text if text == "-" else existing_file(text)
+
+
+def existing_dir(text: str) -> str:
+    """A `type=` for a folder to read: it exists and is a folder."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give the folder that holds it")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no folder {text}{_relative(text)}: check the path")
+    return text
+
+
+def output_dir(text: str) -> str:
+    """A `type=` for a folder to write in: a folder already, or a path where one can be created (whether an existing
+    folder may be written over is the command's business)."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a new folder's path")
+    blocked = None if path.is_dir() else _blocked(path)
+    if blocked:
+        raise argparse.ArgumentTypeError(f"{text} cannot be created: {blocked}")
+    return text
+
+
+def output_file(text: str) -> str:
+    """A `type=` for a file to write: not a folder, and creatable (missing folders above it are created)."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file's path, e.g. {Path(text) / 'out.txt'}")
+    blocked = _blocked(path)
+    if blocked:
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: {blocked}")
+    return text
+
+
+def output_file_or_stdout(text: str) -> str:
+    """`output_file`, or '-' for stdout."""
+    return text if text == "-" else output_file(text)
+
+
+def output_file_in_existing_folder(text: str) -> str:
+    """`output_file` whose folder exists already (for commands that do not create it)."""
+    output_file(text)
+    parent = Path(text).expanduser().absolute().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: no folder {parent}; create it first")
+    return text
+
+
+def model_source(text: str) -> str:
+    """A `type=` for a model: an existing folder, or a Hub id (`name` or `namespace/name`) to download; a file, or a
+    path that is neither an existing folder nor a Hub id, is refused."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return text
+    if path.exists():
+        raise argparse.ArgumentTypeError(
+            f"{text} is a file: give the model's folder (save_pretrained output) or a Hub id"
+        )
+    try:
+        validate_repo_id(text)
+        hub_id = not text.startswith((".", "/", "~")) and text.count("/") <= 1
+    except HFValidationError:
+        hub_id = False
+    if not hub_id:
+        raise argparse.ArgumentTypeError(
+            f"no folder {text}{_relative(text)}, and it is not a Hub id: give a saved model's folder, or "
+            "namespace/name on the Hub"
+        )
+    return text
+
+
+def repo_id(text: str) -> str:
+    """A `type=` for a Hub repository to push to: `namespace/name`, in the characters the Hub allows."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if text.count("/") != 1 or not all(text.split("/")):
+            raise HFValidationError("not of the form namespace/name")
+        validate_repo_id(text)
+    except HFValidationError as error:
+        reason = str(error).splitlines()[0].rstrip(".")
+        message = f"{text!r} is not a Hub repo id ({reason}): give namespace/name, e.g. your-name/my-model"
+        raise argparse.ArgumentTypeError(message) from None
+    return text
+
+
+# --- shared flags ----------------------------------------------------------------------------------------------------
+
+# the type of each numeric TrainingPreset flag (vanilla_transformer.recipe.PRESET_FLAGS)
+PRESET_TYPES: dict[str, Callable[[str], object]] = {
+    "vocab_size": bpe_vocab_size,
+    "max_tokens": positive_int,
+    "tokens_per_update": positive_int,
+    "warmup_steps": positive_int,
+    "lr_factor": positive_float,
+    "max_steps": positive_int,
+    "save_steps": positive_int,
+    "eval_steps": positive_int,
+    "average_last": positive_int,
+    "label_smoothing": probability,
+    "dropout": dropout_rate,
+    "max_length": positive_int,
+}
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,16 +325,22 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     from ..recipe import add_preset_arguments
 
     add_preset_arguments(parser)
-    parser.add_argument("--output-dir", required=True)
+    for field, kind in PRESET_TYPES.items():  # add_preset_arguments types them int or float: check them here
+        parser._option_string_actions[f"--{field.replace('_', '-')}"].type = kind
+    parser.add_argument("--output-dir", required=True, type=output_dir)
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--per-device-batch-size", type=int, help="batches of this many pairs instead of tokens")
-    parser.add_argument("--max-grad-norm", type=float, default=0.0, help="clip gradients to this norm (0: never)")
-    parser.add_argument("--eval-beams", type=int, default=1, help="beams for validation BLEU during training")
-    parser.add_argument("--eval-samples", type=int, help="validate on the first N valid pairs only")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--per-device-batch-size", type=optional_count, help="batches of this many pairs instead of tokens"
+    )
+    parser.add_argument(
+        "--max-grad-norm", type=non_negative_float, default=0.0, help="clip gradients to this norm (0: never)"
+    )
+    parser.add_argument("--eval-beams", type=num_beams, default=1, help="beams for validation BLEU during training")
+    parser.add_argument("--eval-samples", type=optional_count, help="validate on the first N valid pairs only")
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument(
         "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
     )
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    parser.add_argument("--log-steps", type=int, default=50)
+    parser.add_argument("--threads", type=optional_count, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--log-steps", type=positive_int, default=50)

@@ -11,26 +11,43 @@ import argparse
 import json
 from pathlib import Path
 
+from . import (
+    comma_separated_choices,
+    device,
+    int_in_range,
+    optional_count,
+    output_file_in_existing_folder,
+    positive_int,
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The model, the workloads, and where the report goes."""
-    from ..benchmark import MODELS, Workloads
+    from ..benchmark import EOS, MODELS, Workloads
+    from ..configuration_vanilla_transformer import PRESETS
 
-    parser.add_argument("--preset", default="base", help="model preset: base, big or multi30k")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {MODELS}")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per workload and model (median)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's choice)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--preset", default="base", choices=sorted(PRESETS), help="model preset")
+    parser.add_argument("--vocab-size", type=int_in_range(EOS + 2), default=8000)
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        type=comma_separated_choices(MODELS),
+        help=f"comma-separated subset of {MODELS}",
+    )
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed runs per workload and model (median)")
+    parser.add_argument("--threads", type=optional_count, default=None, help="CPU threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu", type=device, help="cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--attn-implementation", default="sdpa", choices=["eager", "sdpa", "flash_attention_2"])
-    parser.add_argument("--train-batch-size", type=int, default=Workloads.train_batch_size)
-    parser.add_argument("--new-tokens", type=int, default=Workloads.new_tokens)
+    parser.add_argument("--train-batch-size", type=positive_int, default=Workloads.train_batch_size)
+    parser.add_argument("--new-tokens", type=positive_int, default=Workloads.new_tokens)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
     parser.add_argument(
         "--no-compiled", action="store_true", help="skip decoding with a static cache and torch.compile"
     )
-    parser.add_argument("--output", default="benchmark.json", help="where the JSON report goes")
+    parser.add_argument(
+        "--output", default="benchmark.json", type=output_file_in_existing_folder, help="where the JSON report goes"
+    )
 
 
 def run(args: argparse.Namespace) -> None:

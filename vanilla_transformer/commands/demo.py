@@ -9,11 +9,25 @@ package, and translates real sentences with the released Multi30k checkpoint whe
 
 import argparse
 
+from . import int_in_range, output_dir
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's flags."""
-    parser.add_argument("--output-dir", default="outputs/demo", help="where the run and its final folder go")
-    parser.add_argument("--max-steps", type=int, help="shorter or longer than the demo preset's updates")
+    from ..recipe import TRAINING_PRESETS
+
+    # the demo averages its last checkpoints, and saves at most one per update
+    average_last = TRAINING_PRESETS["demo"].average_last
+    parser.add_argument(
+        "--output-dir", default="outputs/demo", type=output_dir, help="where the run and its final folder go"
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=int_in_range(
+            average_last, fix=f"give {average_last} or more, one update per checkpoint the demo averages"
+        ),
+        help="shorter or longer than the demo preset's updates",
+    )
 
 
 def run(args: argparse.Namespace) -> None:

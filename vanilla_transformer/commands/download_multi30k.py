@@ -10,12 +10,12 @@ import argparse
 import logging
 import sys
 
-from . import DATA_DIR_HELP
+from . import DATA_DIR_HELP, existing_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the files are."""
-    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    parser.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -14,27 +14,35 @@ or translating a split with a saved model first:
 import argparse
 import json
 
-from . import DATA_DIR_HELP, UsageError
+from . import DATA_DIR_HELP, UsageError, existing_dir, existing_file, model_source, num_beams, output_file, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Either a hypotheses file with its references, or a model with a split to translate."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hypotheses", help="translations to score, one per line")
-    source.add_argument("--model", help="a saved model folder or Hub id whose translations of --split are scored")
-    parser.add_argument("--references", help="with --hypotheses: the raw (detokenized, cased) references")
-    parser.add_argument("--tokenized-references", help="with --hypotheses: lowercased Moses-tokenized references")
+    source.add_argument("--hypotheses", type=existing_file, help="translations to score, one per line")
+    source.add_argument(
+        "--model", type=model_source, help="a saved model folder or Hub id whose translations of --split are scored"
+    )
+    parser.add_argument(
+        "--references", type=existing_file, help="with --hypotheses: the raw (detokenized, cased) references"
+    )
+    parser.add_argument(
+        "--tokenized-references", type=existing_file, help="with --hypotheses: lowercased Moses-tokenized references"
+    )
     parser.add_argument("--lang", default="de", help="with --hypotheses: language of the translations (Moses rules)")
     parser.add_argument(
         "--lowercase", action="store_true", help="with --hypotheses: case-insensitive sacreBLEU and chrF"
     )
     parser.add_argument("--split", help="with --model: the split to translate, e.g. test2016, test2017, valid")
-    parser.add_argument("--data-dir", default=None, help=f"with --model: {DATA_DIR_HELP}")
+    parser.add_argument("--data-dir", default=None, type=existing_dir, help=f"with --model: {DATA_DIR_HELP}")
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per generate() call")
-    parser.add_argument("--num-beams", type=int, default=4, help="beam size (the paper: 4, §6.1)")
-    parser.add_argument("--output-hypotheses", help="with --model: write the translations to this file")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
+    parser.add_argument("--num-beams", type=num_beams, default=4, help="beam size (the paper: 4, §6.1)")
+    parser.add_argument(
+        "--output-hypotheses", type=output_file, help="with --model: write the translations to this file"
+    )
 
 
 def run(args: argparse.Namespace) -> None:

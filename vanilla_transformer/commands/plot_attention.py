@@ -7,28 +7,38 @@ One figure of encoder self-attention and one of encoder-decoder attention, for t
 """
 
 import argparse
+from contextlib import ExitStack
 from pathlib import Path
+
+from . import model_source, non_negative_int, output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The model, the sentence, and which layers and heads."""
-    parser.add_argument("--model", required=True, help="a model folder or Hub id")
+    parser.add_argument("--model", required=True, type=model_source, help="a model folder or Hub id")
     parser.add_argument("--sentence", required=True, help="the source sentence")
     parser.add_argument("--target", help="the target sentence (default: the model's translation)")
-    parser.add_argument("--layers", type=int, nargs="+", default=[0], help="0-based layer numbers")
-    parser.add_argument("--heads", type=int, nargs="+", default=[0], help="0-based head numbers")
-    parser.add_argument("--output-dir", default=".")
+    parser.add_argument("--layers", type=non_negative_int, nargs="+", default=[0], help="0-based layer numbers")
+    parser.add_argument("--heads", type=non_negative_int, nargs="+", default=[0], help="0-based head numbers")
+    parser.add_argument("--output-dir", default=".", type=output_dir)
 
 
 def run(args: argparse.Namespace) -> None:
     """Write attention-encoder.png and attention-cross.png under --output-dir."""
     from ..integrity import load_model_and_tokenizer
+    from ..outputs import check_output_file, staged_file
     from ..plots import attention_maps, plot_attention
 
+    paths = {kind: Path(args.output_dir) / f"attention-{kind}.png" for kind in ("encoder", "cross")}
+    model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
+    for path in paths.values():  # before the model loads: no figure lands in the model folder
+        check_output_file(path, [("--model", model_folder)], flag="--output-dir")
     model, tokenizer = load_model_and_tokenizer(args.model)
     maps = attention_maps(model, tokenizer, args.sentence, args.target)
-    output = Path(args.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    for kind in ("encoder", "cross"):
-        path = plot_attention(maps, kind, args.layers, args.heads, output / f"attention-{kind}.png")
+    # both figures are drawn under hidden names and replace the old ones only when both are complete
+    with ExitStack() as stack:
+        staged = {kind: stack.enter_context(staged_file(path, "--output-dir", ".png")) for kind, path in paths.items()}
+        for kind, staging in staged.items():
+            plot_attention(maps, kind, args.layers, args.heads, staging)
+    for path in paths.values():
         print(f"wrote {path}")

@@ -14,7 +14,7 @@ import os
 import platform
 from pathlib import Path
 
-from . import DATA_DIR_HELP
+from . import DATA_DIR_HELP, existing_dir, float_list, non_negative_float, output_dir, positive_int
 
 
 def hardware() -> str:
@@ -28,35 +28,52 @@ def hardware() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The run, the release folder, and what the card says."""
-    parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--last", type=int, help="checkpoints to average (default: the run preset's average_last)")
-    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    parser.add_argument("--run-dir", required=True, type=existing_dir)
+    parser.add_argument("--output-dir", required=True, type=output_dir)
+    parser.add_argument(
+        "--last", type=positive_int, help="checkpoints to average (default: the run preset's average_last)"
+    )
+    parser.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
     # default None, resolved in run(): naming the GPU starts CUDA, which every other command's --help would pay for
     parser.add_argument(
         "--hardware", help="what the run trained on, for the card (default: this machine's GPU, else its CPU)"
     )
     parser.add_argument(
-        "--train-hours", type=float, help="training time for the card, e.g. the sum of train_runtime of resumed runs"
+        "--train-hours",
+        type=non_negative_float,
+        help="training time for the card, e.g. the sum of train_runtime of resumed runs",
     )
     parser.add_argument("--status", default="final", help="a line for the card, e.g. 'training in progress'")
     parser.add_argument(
         "--length-penalties",
-        type=lambda text: [float(value) for value in text.split(",")],
+        type=float_list,
         help="comma-separated α values to try on valid; the best is the release's (default: the paper's 0.6)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --output-dir (and the run's final/) even if it holds what no command of ours wrote",
     )
 
 
 def run(args: argparse.Namespace) -> None:
     """Average, tune α when asked, score, write the release folder, and print its results."""
-    from ..checkpoints import average_checkpoints, list_checkpoints
+    from ..checkpoints import average_checkpoints, list_checkpoints, run_inputs
+    from ..data.multi30k import MULTI30K_ENV
+    from ..outputs import check_not_an_input, check_output_folder
     from ..recipe import read_run_preset
     from ..release import adopt_best_length_penalty, evaluate_release, training_summary, write_release
 
     run_dir = Path(args.run_dir)
-    preset = read_run_preset(run_dir / "preset.json") if (run_dir / "preset.json").is_file() else {}
     final = run_dir / "final"
-    averaged = average_checkpoints(run_dir, final, args.last or preset.get("average_last", 5))
+    # before any work: the release folder destroys no input, and replaces only a release folder of ours
+    inputs, holders = run_inputs(run_dir)
+    inputs += [("the run's averaged model", final), ("--data-dir", args.data_dir or os.environ.get(MULTI30K_ENV))]
+    check_not_an_input(args.output_dir, inputs, holders=holders)
+    check_output_folder(args.output_dir, "release", args.overwrite)
+    preset = read_run_preset(run_dir / "preset.json") if (run_dir / "preset.json").is_file() else {}
+    last = args.last or preset.get("average_last", 5)
+    averaged = average_checkpoints(run_dir, final, last, overwrite=args.overwrite, command="release")
     on_valid = {}
     if args.length_penalties:
         on_valid = adopt_best_length_penalty(final, args.data_dir, args.length_penalties)
@@ -67,6 +84,6 @@ def run(args: argparse.Namespace) -> None:
     release_flags = (f" --last {args.last}" if args.last else "") + (
         f" --length-penalties {','.join(map(str, args.length_penalties))}" if args.length_penalties else ""
     )
-    write_release(final, args.output_dir, results, training, preset, release_flags)
+    write_release(final, args.output_dir, results, training, preset, release_flags, overwrite=args.overwrite)
     print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
     print(f"checkpoints available: {[p.name for p in list_checkpoints(run_dir)]}")

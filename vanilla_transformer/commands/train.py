@@ -23,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     precision.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (Ampere GPUs and newer)")
     precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -46,5 +51,6 @@ def run(args: argparse.Namespace) -> None:
         max_grad_norm=args.max_grad_norm,
         bf16=args.bf16,
         fp16=args.fp16,
+        overwrite=args.overwrite,
     )
     print(f"final model: {result.final_dir}")

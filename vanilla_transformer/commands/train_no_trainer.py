@@ -13,18 +13,25 @@ Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state
 
 import argparse
 
-from . import add_training_arguments
+from . import add_training_arguments, optional_count, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--preset`, one flag per preset field, the options both training commands share, and those of the loop."""
     add_training_arguments(parser)
-    parser.add_argument("--gradient-accumulation-steps", type=int, help="instead of --tokens-per-update")
+    parser.add_argument("--gradient-accumulation-steps", type=optional_count, help="instead of --tokens-per-update")
     parser.add_argument(
         "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
     )
-    parser.add_argument("--eval-batch-size", type=int, default=64, help="pairs per process and validation batch")
-    parser.add_argument("--train-samples", type=int, help="train on the first N pairs only")
+    parser.add_argument(
+        "--eval-batch-size", type=positive_int, default=64, help="pairs per process and validation batch"
+    )
+    parser.add_argument("--train-samples", type=optional_count, help="train on the first N pairs only")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -49,4 +56,5 @@ def run(args: argparse.Namespace) -> None:
         train_samples=args.train_samples,
         log_steps=args.log_steps,
         threads=args.threads,
+        overwrite=args.overwrite,
     )

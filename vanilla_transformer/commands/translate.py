@@ -11,22 +11,49 @@ read as LF), and a line break inside a translation becomes a space.
 
 import argparse
 import logging
+import os
+import stat
 import sys
 import time
+from pathlib import Path
+
+from . import device, input_file, model_source, num_beams, output_file_or_stdout, positive_int
 
 logger = logging.getLogger("translate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The model, the files and the decoding."""
-    parser.add_argument("--model", required=True, help="a saved model folder or a Hub id (with its tokenizer)")
-    parser.add_argument("--input", default="-", help="source sentences, one per line; '-' reads stdin (default)")
-    parser.add_argument("--output", default="-", help="where translations go, one per line; '-' is stdout (default)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per generate call (default 64)")
     parser.add_argument(
-        "--num-beams", type=int, default=None, help="beam size; default: the model's generation config (paper: 4)"
+        "--model", required=True, type=model_source, help="a saved model folder or a Hub id (with its tokenizer)"
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ...; default: cuda if available")
+    parser.add_argument(
+        "--input", default="-", type=input_file, help="source sentences, one per line; '-' reads stdin (default)"
+    )
+    parser.add_argument(
+        "--output",
+        default="-",
+        type=output_file_or_stdout,
+        help="where translations go, one per line; '-' is stdout (default)",
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate call (default 64)")
+    parser.add_argument(
+        "--num-beams", type=num_beams, default=None, help="beam size; default: the model's generation config (paper: 4)"
+    )
+    parser.add_argument(
+        "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
+    )
+
+
+def _stdin_file() -> str | None:
+    """The path of the regular file stdin is redirected from (`< file`), or None for a pipe or a terminal."""
+    try:
+        if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+            link = Path(f"/proc/self/fd/{sys.stdin.fileno()}")  # Linux: names the file
+            return os.path.realpath(link) if link.exists() else None
+    except (OSError, ValueError, AttributeError):  # no stdin, a closed one, or one without a descriptor
+        pass
+    return None
 
 
 def run(args: argparse.Namespace) -> None:
@@ -36,8 +63,13 @@ def run(args: argparse.Namespace) -> None:
     from ..data.corpora import read_lines, read_stream_lines, write_lines
     from ..decoding import translate
     from ..integrity import load_model_and_tokenizer
+    from ..outputs import check_output_file, staged_file
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.output != "-":  # before the model loads: the output is no input (stdin redirected from it, too)
+        source = ("--input", args.input) if args.input != "-" else ("stdin", _stdin_file())
+        model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
+        check_output_file(args.output, [source, ("--model", model_folder)])
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
     model, tokenizer = load_model_and_tokenizer(args.model, device=device)
@@ -48,6 +80,10 @@ def run(args: argparse.Namespace) -> None:
     translations = translate(model, tokenizer, lines, batch_size=args.batch_size, **generate_kwargs)
     logger.info("translated %d lines in %.1fs on %s", len(lines), time.perf_counter() - start, device)
 
-    broken = write_lines(None if args.output == "-" else args.output, translations)
+    if args.output == "-":
+        broken = write_lines(None, translations)
+    else:  # the old file stays until every translation is written (a full disk leaves it whole)
+        with staged_file(args.output) as staging:
+            broken = write_lines(staging, translations)
     if broken:
         logger.warning("%d translation(s) contained line breaks, written as spaces to keep lines aligned", broken)
