@@ -238,6 +238,9 @@ def test_user_errors_end_with_one_line_and_status_2(capsys):
     assert code == 2 and err.startswith("error: unknown training preset 'nope'") and err.count("\n") == 1
     code, err = run_command(lambda: open("no/such/file"), [], capsys)  # an OS error about a path
     assert (code, err) == (2, "error: no/such/file: No such file or directory\n")
+    if Path("/dev/full").exists():  # a full disk (Linux's /dev/full refuses every write with ENOSPC)
+        code, err = run_command(lambda: Path("/dev/full").write_text("x"), [], capsys)
+        assert code == 2 and err.startswith("error: No space left on device") and err.count("\n") == 1
     code, err = run_command(lambda: sys.exit("error: the folder is not ready"), [], capsys)  # a command's own exit
     assert (code, err) == (2, "error: the folder is not ready\n")
     code, err = run_command(raise_usage_error, [], capsys)

@@ -440,3 +440,10 @@ def test_resume_opens_the_trainers_pickles_only_with_weights_only():
     assert all("torch.save" in line for line in source.splitlines() if "TRAINING_ARGS_NAME)" in line)
     with pytest.raises(pickle.UnpicklingError):  # what weights_only=True does with the trap
         torch.load(io.BytesIO(pickle.dumps(PickleTrap(Path("/nonexistent/marker")))), weights_only=True)
+
+
+def test_a_name_that_is_neither_a_folder_nor_a_reachable_hub_model_is_named(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelFolderError, match=r"^runs/final is not a folder here, and no Hub model of that id"):
+        load_model_and_tokenizer("runs/final")

@@ -15,6 +15,7 @@ command name, shows it); 1 anything else, a bug, with its traceback.
 """
 
 import argparse
+import errno
 import sys
 import traceback
 from importlib import import_module
@@ -49,6 +50,8 @@ USER_ERROR_STATUS = 2
 DEBUG_HELP = "on an error, show its traceback too (for a bug report)"
 # errors of the operating system about a path given: a file or folder missing, of the wrong kind, or not permitted
 PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+# a full disk or quota, or a read-only file system: outputs are staged, so the destination is as it was
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _set_up(parser: argparse.ArgumentParser, command: ModuleType) -> None:
@@ -90,6 +93,9 @@ def user_error_message(error: BaseException) -> str | None:
         return f"error: {type(error).__name__}: {error}"
     if isinstance(error, PATH_ERRORS) and error.filename is not None and error.strerror:
         return f"error: {error.filename}: {error.strerror}"
+    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+        where = f" writing {error.filename}" if error.filename else ""
+        return f"error: {error.strerror or error}{where}: free space (or choose another disk); what was there is kept"
     own_class = type(error).__module__.split(".")[0] == __package__
     if (
         own_class

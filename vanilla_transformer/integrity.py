@@ -443,8 +443,21 @@ def load_model_and_tokenizer(
     if local:
         check_model_folder(path)
         check_tokenizer_files(path)
-    tokenizer = load_tokenizer(name_or_path)
-    model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(text, use_safetensors=True, output_loading_info=True)
+    try:
+        tokenizer = load_tokenizer(name_or_path)
+        model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(
+            text, use_safetensors=True, output_loading_info=True
+        )
+    except OSError as error:
+        if local:
+            raise
+        # transformers' message for a name that is neither a folder here nor a reachable Hub repo ends in advice
+        # about the internet connection; say first what was looked for
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelFolderError(
+            f"{text} is not a folder here, and no Hub model of that id could be loaded ({reason}). Give the path of a "
+            f"saved model folder, or a Hub id (owner/name) with the network reachable or the model in the cache."
+        ) from error
     if not local:
         check_loaded_weights(model, loading_info, text)
     check_tokenizer_matches_model(tokenizer, model.config, text)

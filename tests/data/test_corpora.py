@@ -46,6 +46,9 @@ def test_non_utf8_names_file_and_line(tmp_path):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"test\.en does not exist"):
         load_text_files(tmp_path, "test", "en", "de")
+    (tmp_path / "test.en").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"test\.en is a folder; expected a file"):
+        load_text_files(tmp_path, "test", "en", "de")
 
 
 def test_empty_and_over_long_pairs_are_dropped_and_counted(tmp_path, builtin_tokenizer):

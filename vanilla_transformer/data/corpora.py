@@ -33,6 +33,8 @@ def read_lines(path: str | Path) -> list[str]:
     their line (Python's `str.splitlines` would split there and misalign a parallel corpus).
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
     with path.open("rb") as handle:
