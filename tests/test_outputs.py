@@ -234,7 +234,7 @@ def half_then_full_disk(write_lines):
     return failing
 
 
-def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_path, monkeypatch):
+def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_path, monkeypatch, capsys):
     import vanilla_transformer.data.corpora as corpora
 
     (tmp_path / "input.en").write_text("".join(f"{line}\n" for line in SOURCES * 2))
@@ -246,8 +246,10 @@ def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_p
     argv += ["--device", "cpu", "--num-beams", "1"]
     with monkeypatch.context() as patched:
         patched.setattr(corpora, "write_lines", half_then_full_disk(corpora.write_lines))
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(SystemExit) as exited:  # one line, status 2: a full disk is the user's to fix
             main(argv)
+    assert exited.value.code == 2
+    assert "error: No space left on device" in capsys.readouterr().err
     assert output.read_text() == "yesterday's translations\n"
     assert all_leftovers(tmp_path) == []
 
