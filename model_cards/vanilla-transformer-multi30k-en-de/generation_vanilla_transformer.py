@@ -71,6 +71,37 @@ ROW_INDEPENDENT_LOGITS_PROCESSORS = (
 ROW_INDEPENDENT_STOPPING_CRITERIA = (EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria)
 
 
+# --- transformers' internals this file needs: one function each, so that a change in transformers is mended here ---
+
+
+def resolved_generation_config(
+    model: GenerationMixin, generation_config: GenerationConfig | None, kwargs: dict
+) -> GenerationConfig:
+    """The generation config `generate` will run with: the call's kwargs over `generation_config` over the model's
+    (transformers' internal `GenerationMixin._prepare_generation_config`; no public method resolves it)."""
+    resolved, _ = model._prepare_generation_config(generation_config, **kwargs)
+    return resolved
+
+
+def transformers_would_compile(model: GenerationMixin, cache, generation_config: GenerationConfig) -> bool:
+    """Whether transformers' own decoding loops would compile the step for this cache and config (its internal
+    `GenerationMixin._valid_auto_compile_criteria`), so that the paper's beam search compiles exactly when they do.
+    The cache is passed under both names releases have read it by (`past_key_values` before 5.24, `cache` from it)."""
+    return model._valid_auto_compile_criteria({"cache": cache, "past_key_values": cache}, generation_config)
+
+
+def special_token_tensors(generation_config: GenerationConfig) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The EOS ids and the pad id as tensors on the model's device, as `generate` prepared them on the config it
+    passes to a decoding loop (the internal `_eos_token_tensor` and `_pad_token_tensor`)."""
+    return generation_config._eos_token_tensor, generation_config._pad_token_tensor
+
+
+def mark_as_not_from_model_config(generation_config: GenerationConfig) -> None:
+    """Keep entries transformers does not define when the config is saved and loaded back: a config flagged as derived
+    from config.json (the internal `_from_model_config`) drops them."""
+    generation_config._from_model_config = False
+
+
 def gnmt_length_penalty(length: int | float | torch.Tensor, alpha: float) -> float | torch.Tensor:
     """The length penalty of Wu et al. 2016 (GNMT) that §6.1 uses with α = 0.6: lp(Y) = ((5 + |Y|) / 6)^α.
 
@@ -93,8 +124,7 @@ def apply_paper_generation_defaults(generation_config: GenerationConfig) -> Gene
             setattr(generation_config, name, value)
             changed = True
     if changed:
-        # a config flagged as derived from config.json drops unknown entries when it is loaded back
-        generation_config._from_model_config = False
+        mark_as_not_from_model_config(generation_config)
     return generation_config
 
 
@@ -153,7 +183,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             return super().generate(inputs, generation_config, **kwargs)
 
         # the generation config `generate` will use: the call's kwargs over `generation_config` over the model's
-        resolved, _ = self._prepare_generation_config(generation_config, **kwargs)
+        resolved = resolved_generation_config(self, generation_config, kwargs)
         if length_penalty_form is None:
             length_penalty_form = getattr(resolved, "length_penalty_form", None) or "hf"
         if length_penalty_form not in LENGTH_PENALTY_FORMS:
@@ -372,8 +402,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         output_hidden_states = return_dict and generation_config.output_hidden_states
         device = self.device  # transformers >= 5.23 accepts inputs on the CPU for a model elsewhere
         input_ids = input_ids.to(device)
-        eos_token_id = generation_config._eos_token_tensor
-        pad_token_id = generation_config._pad_token_tensor
+        eos_token_id, pad_token_id = special_token_tensors(generation_config)
         fill_value = pad_token_id if pad_token_id is not None else (eos_token_id[0] if eos_token_id is not None else 0)
         batch_size = input_ids.shape[0] // num_beams
         prompt_length = input_ids.shape[1]
@@ -407,8 +436,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         attention_mask = model_kwargs.get("attention_mask")
         decoder_attention_mask = model_kwargs.get("decoder_attention_mask")
         step_forward = self.__call__
-        compile_kwargs = {"cache": cache, "past_key_values": cache}  # the name of the installed release reads it
-        if use_cache and self._valid_auto_compile_criteria(compile_kwargs, generation_config):
+        if use_cache and transformers_would_compile(self, cache, generation_config):
             step_forward = self.get_compiled_call(generation_config.compile_config)
         record = output_scores or output_logits or output_attentions or output_hidden_states
         prune = not (record or (use_cache and cache.is_compileable)) and all(
