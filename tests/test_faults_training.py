@@ -19,7 +19,7 @@ from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
 from vanilla_transformer.integrity import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
-from vanilla_transformer.recipe import get_training_preset
+from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.training import train
 
 ROOT = Path(__file__).resolve().parents[1]

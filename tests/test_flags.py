@@ -24,7 +24,7 @@ from vanilla_transformer.commands import (
     available_devices,
     device,
 )
-from vanilla_transformer.recipe import PRESET_FLAGS, get_training_preset
+from vanilla_transformer.presets import PRESET_FLAGS, get_training_preset
 from vanilla_transformer.settings_check import SettingsError, check_settings
 
 ROOT = Path(__file__).resolve().parents[1]

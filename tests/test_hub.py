@@ -45,8 +45,10 @@ from vanilla_transformer.hub import (
     validate_folder,
 )
 from vanilla_transformer.integrity import write_checksums
-from vanilla_transformer.recipe import VanillaTransformerTrainer, get_training_preset, label_smoothed_loss
+from vanilla_transformer.optimization import label_smoothed_loss
+from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.remote_code import _BLOCK_PACKAGE, translate_without_package
+from vanilla_transformer.trainer import VanillaTransformerTrainer
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"

@@ -33,7 +33,7 @@ from vanilla_transformer.integrity import (
     load_model_and_tokenizer,
     write_checksums,
 )
-from vanilla_transformer.recipe import TRAINING_PRESETS
+from vanilla_transformer.presets import TRAINING_PRESETS
 from vanilla_transformer.tokenization import tokenizer_fingerprint, train_joint_bpe
 from vanilla_transformer.training import build_model
 
@@ -115,6 +115,18 @@ def flip_header_bit(folder: Path) -> None:
     (folder / "model.safetensors").write_bytes(bytes(data))
 
 
+def append_bytes(folder: Path) -> None:
+    with (folder / "model.safetensors").open("ab") as handle:
+        handle.write(b"\0" * 7)  # past the last tensor: safetensors says "not fully covered", as for a cut file
+
+
+def cut_to(size: int):
+    def cut(folder: Path) -> None:
+        os.truncate(folder / "model.safetensors", size)
+
+    return cut
+
+
 def small_model_large_tokenizer(folder: Path) -> None:
     tiny_model().save_pretrained(folder)  # vocab_size 64, beside the 600-token tokenizer; records no fingerprint
     write_checksums(folder)
@@ -186,6 +198,9 @@ ENCODER_LAYER_1 = "model.encoder.layers.1."
 
 FAULTS = {
     "truncated safetensors": (truncate, "model.safetensors", r"is truncated: its header describes \d+ bytes"),
+    "bytes after the last tensor": (append_bytes, "model.safetensors", "is corrupted: 7 bytes follow the last tensor"),
+    "no header": (cut_to(5), "model.safetensors", "is truncated: 5 bytes, too few for a safetensors header"),
+    "header cut": (cut_to(40), "model.safetensors", r"is truncated or corrupted: its header length field says \d+"),
     "bit flip in tensor data": (flip_bit(100), "model.safetensors", "does not match its checksum in "),
     "bit flip in the header": (flip_header_bit, "model.safetensors", "not a valid safetensors file|corrupted header"),
     "config of another model": (

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import PAD, VOCAB, tiny_model
 
-from vanilla_transformer.recipe import label_smoothed_loss
+from vanilla_transformer.optimization import label_smoothed_loss
 
 # relative difference from the fp32 loss; measured at most 2.5e-5 (fp16) and 2.4e-4 (bf16: 8 mantissa bits) over
 # three batches, both attention backends, half-precision weights and autocast; the bounds leave 20x room

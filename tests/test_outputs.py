@@ -29,7 +29,7 @@ from vanilla_transformer.outputs import (
     staged_leftovers,
     write_marker,
 )
-from vanilla_transformer.recipe import get_training_preset
+from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.tokenization import save_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

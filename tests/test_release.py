@@ -12,7 +12,7 @@ from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
 from vanilla_transformer.hub import CODE_FILES
-from vanilla_transformer.recipe import get_training_preset, read_run_preset
+from vanilla_transformer.presets import get_training_preset, read_run_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 from vanilla_transformer.tokenization import lowercases
 

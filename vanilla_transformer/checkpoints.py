@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .integrity import check_config_file, check_safetensors_file, write_checksums
@@ -23,7 +24,7 @@ CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 STAGING_PREFIX = "tmp-"
 # The Trainer writes trainer_state.json last: a checkpoint-N folder without it (written in place by another tool,
 # or half deleted by checkpoint rotation) cannot resume a run.
-RESUME_FILES = ("trainer_state.json", "model.safetensors")
+RESUME_FILES = ("trainer_state.json", SAFE_WEIGHTS_NAME)
 
 
 def checkpoint_step(folder: Path) -> int:
@@ -70,7 +71,7 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for folder in folders:
-        path = folder / "model.safetensors"
+        path = folder / SAFE_WEIGHTS_NAME
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing; every averaged checkpoint needs its model.safetensors.")
         check_safetensors_file(path)  # a truncated or bit-flipped file is named, not averaged in

@@ -29,10 +29,20 @@ from huggingface_hub import CommitInfo, EvalResult, HfApi, ModelCard, ModelCardD
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .checkpoints import list_checkpoints
 from .data.multi30k import COMMIT as MULTI30K_COMMIT
-from .integrity import ModelFolderError, check_safetensors_file
+from .integrity import (
+    CHECKSUM_SUFFIX,
+    PICKLE_SUFFIXES,
+    ModelFolderError,
+    check_config_file,
+    check_safetensors_file,
+    check_tokenizer_files,
+    check_tokenizer_fits_model,
+    weight_files,
+)
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
 CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
@@ -42,17 +52,14 @@ CODE_FILES = (
     "modeling_vanilla_transformer.py",
 )
 AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # a sharded model: its weight_map names the shards
-CHECKSUM_SUFFIX = ".sha256"  # `<weights>.sha256`, as integrity.write_checksums writes it
 # What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
 # `.sha256` of each weights file): what `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read,
 # the card and the scores it is rendered from. Everything else in the folder stays on this machine.
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
-    WEIGHTS_NAME,
-    WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,  # a sharded model: its weight_map names the shards
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -64,8 +71,6 @@ MODEL_FILES = (
     "README.md",
     "results.json",
 )
-# names under which PyTorch/NumPy/joblib write pickles; loading one runs arbitrary code, so none may be pushed
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
 # The Hub datasets that hold a corpus we train on, for the card's `datasets` (no entry: no Hub dataset holds it, and
 # the card names none). `bentrevett/multi30k` is the WMT16 release of Multi30k Task 1: its train and test splits are
@@ -329,7 +334,7 @@ def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard
     for run in (folder, folder.parent):
         candidates += [checkpoint / "trainer_state.json" for checkpoint in reversed(list_checkpoints(run))]
     state_file = next((path for path in candidates if path.is_file()), None)
-    if state_file is None or not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+    if state_file is None or not (folder / "config.json").is_file() or not (folder / SAFE_WEIGHTS_NAME).is_file():
         return None
     state = json.loads(state_file.read_text())
     preset_file = next((p for p in (folder / "preset.json", folder.parent / "preset.json") if p.is_file()), None)
@@ -342,7 +347,7 @@ def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard
         json.loads((folder / "config.json").read_text()),
         global_step=state["global_step"],
         epoch=state.get("epoch") or 0.0,
-        parameters=_count_parameters(folder / "model.safetensors"),
+        parameters=_count_parameters(folder / SAFE_WEIGHTS_NAME),
         preset=preset,
         dataset=dataset_id(preset["corpus"]),
         repo_id=repo_id,
@@ -368,13 +373,10 @@ def _imported_packages(path: Path) -> set[str]:
 
 
 def _check_config_and_code(folder: Path) -> list[str]:
-    path = folder / "config.json"
-    if not path.is_file():
-        return ["config.json is missing: save the model with `model.save_pretrained(folder)`."]
     try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        return [f"config.json is not valid JSON ({error}): save the model again with `save_pretrained`."]
+        config = check_config_file(folder / "config.json")
+    except ModelFolderError as error:
+        return [str(error)]
     problems = []
     for name in CODE_FILES:
         code = folder / name
@@ -404,8 +406,12 @@ def _check_config_and_code(folder: Path) -> list[str]:
 
 
 def _check_weights(folder: Path) -> list[str]:
-    if not (folder / WEIGHTS_NAME).is_file() and not (folder / WEIGHTS_INDEX_NAME).is_file():
-        return ["model.safetensors is missing: save the model with `model.save_pretrained(folder)` (safetensors)."]
+    """The weights are safetensors files (`integrity.weight_files`) that load with config.json. Their values are
+    judged by `_weights_problems`, with the push's own advice."""
+    try:
+        weight_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
     try:
         _, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)
     except Exception as error:  # noqa: BLE001  (any failure to load is the problem to report)
@@ -418,24 +424,21 @@ def _check_weights(folder: Path) -> list[str]:
 
 
 def _check_tokenizer(folder: Path) -> list[str]:
-    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
-        return ["the tokenizer files (tokenizer.json, tokenizer_config.json) are missing: `tokenizer.save_pretrained`."]
+    """The tokenizer files are there, load, and fit the model (`integrity.check_tokenizer_fits_model`)."""
+    try:
+        check_tokenizer_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         config = AutoConfig.from_pretrained(folder)
     except Exception as error:  # noqa: BLE001
         return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
-    problems = []
-    if len(tokenizer) > config.vocab_size:
-        problems.append(
-            f"the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is {config.vocab_size}: "
-            f"ids past the embedding table would fail; save the tokenizer the model was trained with."
-        )
-    for token in ("pad", "eos"):
-        ours, theirs = getattr(tokenizer, f"{token}_token_id"), getattr(config, f"{token}_token_id")
-        if ours is not None and theirs is not None and ours != theirs:
-            problems.append(f"the tokenizer's {token}_token_id is {ours} but config.json says {theirs}.")
-    return problems
+    try:
+        check_tokenizer_fits_model(tokenizer, config, str(folder))
+    except ModelFolderError as error:
+        return [str(error)]
+    return []
 
 
 def _check_card(folder: Path) -> list[str]:
@@ -516,7 +519,11 @@ def validate_folder(folder: str | Path) -> list[str]:
 def _check_contents(folder: Path) -> list[str]:
     """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
     problems = _check_config_and_code(folder)
-    if (folder / "config.json").is_file() and not any("config.json is not valid" in p for p in problems):
+    try:
+        check_config_file(folder / "config.json")
+    except ModelFolderError:
+        pass  # reported above; the weights and tokenizer cannot be judged without a config
+    else:
         problems += _check_weights(folder)
         problems += _check_tokenizer(folder)
     if not (folder / "generation_config.json").is_file():
@@ -587,8 +594,8 @@ def _shard_names(index: Path) -> tuple[list[str], list[str]]:
             shards.append(name)
         else:
             problems.append(
-                f"{WEIGHTS_INDEX_NAME} names the shard {name!r}, which push does not send: shards are .safetensors "
-                f"files beside the index; re-save the model with save_pretrained."
+                f"{SAFE_WEIGHTS_INDEX_NAME} names the shard {name!r}, which push does not send: shards are "
+                f".safetensors files beside the index; re-save the model with save_pretrained."
             )
     return shards, problems
 
@@ -703,7 +710,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
         raise FolderNotReadyError(folder, validate_folder(folder))
     root = folder.resolve()
     entries = {path.name: path for path in sorted(folder.iterdir())}
-    wanted = set(MODEL_FILES) | {WEIGHTS_NAME + CHECKSUM_SUFFIX}
+    wanted = set(MODEL_FILES) | {SAFE_WEIGHTS_NAME + CHECKSUM_SUFFIX}
     problems = []
 
     def escapes(name: str) -> bool:
@@ -721,8 +728,9 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
             f"copy the file into the folder (cp --remove-destination {target} {link}) if it belongs to the model."
         )
 
-    if WEIGHTS_INDEX_NAME in entries and not escapes(WEIGHTS_INDEX_NAME) and entries[WEIGHTS_INDEX_NAME].is_file():
-        shards, shard_problems = _shard_names(entries[WEIGHTS_INDEX_NAME])
+    index = SAFE_WEIGHTS_INDEX_NAME
+    if index in entries and not escapes(index) and entries[index].is_file():
+        shards, shard_problems = _shard_names(entries[index])
         problems += shard_problems
         wanted |= {name for shard in shards for name in (shard, shard + CHECKSUM_SUFFIX)}
     problems += [refuse_link(name) for name in sorted(wanted) if escapes(name)]

@@ -27,12 +27,11 @@ from typing import NamedTuple
 import torch
 from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
+from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .tokenization import load_tokenizer, tokenizer_fingerprint
 
-MODEL_TYPE = "vanilla_transformer"
-SAFE_WEIGHTS_NAME = "model.safetensors"
-SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 CHECKSUM_SUFFIX = ".sha256"
 # the fields that size the network: a config.json without one would silently get the paper's base-model default
 REQUIRED_CONFIG_FIELDS = (
@@ -45,8 +44,9 @@ REQUIRED_CONFIG_FIELDS = (
     "encoder_ffn_dim",
     "decoder_ffn_dim",
 )
-# weights stored with Python's pickle (torch.save), which can run any code when loaded
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# names under which PyTorch/NumPy/joblib write pickles (torch.save, joblib.dump, np.save of objects); loading one can
+# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one (`hub.find_pickles`)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
 # the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # no training yields a weight this large: its square overflows float32, and it is what flipping the top exponent bit
@@ -116,11 +116,11 @@ def check_config_file(path: str | Path) -> dict:
         ) from None
     if not isinstance(config, dict):
         raise ModelFolderError(f"{path} holds a JSON {type(config).__name__}, not an object; it is not a config.json.")
-    model_type = config.get("model_type")
-    if model_type != MODEL_TYPE:
+    model_type, expected = config.get("model_type"), VanillaTransformerConfig.model_type
+    if model_type != expected:
         found = f"model_type={model_type!r}" if model_type is not None else "no model_type"
         raise ModelFolderError(
-            f"{path} has {found} (expected {MODEL_TYPE!r}): the folder does not hold this project's model. Pass "
+            f"{path} has {found} (expected {expected!r}): the folder does not hold this project's model. Pass "
             f"a folder saved from VanillaTransformerForConditionalGeneration, or load other models with their own "
             f"classes."
         )
@@ -134,46 +134,16 @@ def check_config_file(path: str | Path) -> dict:
 
 
 def check_safetensors_file(path: str | Path) -> None:
-    """Raise a `ModelFolderError` if `path` is not a complete, well-formed safetensors file, or no longer matches the
-    checksum stored beside it (`<name>.sha256`)."""
-    path = Path(path)
-    size = path.stat().st_size
-    fix = "copy or download it again, or re-save the model"
-    with path.open("rb") as handle:
-        length_field = handle.read(8)
-        if len(length_field) < 8:
-            raise ModelFolderError(f"{path} is truncated: {size} bytes, too few for a safetensors header; {fix}.")
-        header_length = int.from_bytes(length_field, "little")
-        if header_length > size - 8:
-            raise ModelFolderError(
-                f"{path} is truncated or corrupted: its header length field says {header_length} bytes but only "
-                f"{size - 8} follow; {fix}."
-            )
-        try:
-            header = json.loads(handle.read(header_length))
-            data_end = max(
-                (int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"), default=0
-            )
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError) as error:
-            raise ModelFolderError(f"{path} has a corrupted header ({type(error).__name__}: {error}); {fix}.") from None
-    data_size = size - 8 - header_length
-    if data_size < data_end:
-        raise ModelFolderError(
-            f"{path} is truncated: its header describes {data_end} bytes of tensor data but the file holds "
-            f"{data_size} (an interrupted write or copy); {fix}."
-        )
-    if data_size > data_end:
-        raise ModelFolderError(
-            f"{path} is corrupted: {data_size - data_end} bytes follow the last tensor its header describes; {fix}."
-        )
-    # dtypes, shapes and offsets that disagree with each other: safetensors' own validation, with the file named
+    """Raise a `ModelFolderError` if `path` is not a complete, well-formed safetensors file (safetensors' own
+    validation, `safe_open`), or no longer matches the checksum stored beside it (`<name>.sha256`)."""
     from safetensors import safe_open
 
+    path = Path(path)
     try:
         with safe_open(str(path), framework="pt"):
             pass
     except Exception as error:  # safetensors raises its own SafetensorError, not an OSError
-        raise ModelFolderError(f"{path} is not a valid safetensors file ({error}); {fix}.") from None
+        raise ModelFolderError(_safetensors_problem(path, error)) from None
 
     checksum_path = path.with_name(path.name + CHECKSUM_SUFFIX)
     if checksum_path.is_file():
@@ -185,6 +155,41 @@ def check_safetensors_file(path: str | Path) -> None:
                 f"{(expected or ['nothing'])[0][:16]}…): the file changed after it was written (disk or copy "
                 f"corruption); restore it from a good copy. If you replaced it on purpose, delete {checksum_path.name}."
             )
+
+
+def _safetensors_problem(path: Path, error: Exception) -> str:
+    """What is wrong with a file `safe_open` refused, read from its header: safetensors says "incomplete metadata,
+    file not fully covered" both for a file cut short and for one with bytes past its last tensor, and gives no sizes;
+    a user needs to know which (an interrupted write or copy is the usual cause) and by how much."""
+    size = path.stat().st_size
+    fix = "copy or download it again, or re-save the model"
+    with path.open("rb") as handle:
+        length_field = handle.read(8)
+        if len(length_field) < 8:
+            return f"{path} is truncated: {size} bytes, too few for a safetensors header; {fix}."
+        header_length = int.from_bytes(length_field, "little")
+        if header_length > size - 8:
+            return (
+                f"{path} is truncated or corrupted: its header length field says {header_length} bytes but only "
+                f"{size - 8} follow; {fix}."
+            )
+        try:
+            header = json.loads(handle.read(header_length))
+            data_end = max(
+                (int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"), default=0
+            )
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError) as problem:
+            return f"{path} has a corrupted header ({type(problem).__name__}: {problem}); {fix}."
+    data_size = size - 8 - header_length
+    if data_size < data_end:
+        return (
+            f"{path} is truncated: its header describes {data_end} bytes of tensor data but the file holds "
+            f"{data_size} (an interrupted write or copy); {fix}."
+        )
+    if data_size > data_end:
+        return f"{path} is corrupted: {data_size - data_end} bytes follow the last tensor its header describes; {fix}."
+    # dtypes, shapes and offsets that disagree with each other
+    return f"{path} is not a valid safetensors file ({error}); {fix}."
 
 
 def weight_files(folder: str | Path) -> list[Path]:
@@ -264,8 +269,6 @@ def expected_tensors(config: dict | PretrainedConfig, source: str = "config.json
     the meta device (no memory, no initialisation). Tied weights may be absent: save_pretrained stores one of each
     tied group (`model.shared.weight`, not `lm_head.weight` nor the encoder's and decoder's embeddings). `source`
     names the config in errors."""
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
-
     if isinstance(config, dict):
         try:
             config = VanillaTransformerConfig.from_dict(config)

@@ -28,8 +28,9 @@ from .data.corpora import tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
 from .integrity import fsync_directory, fsync_tree
 from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
+from .optimization import label_smoothed_loss, paper_schedule, peak_learning_rate
 from .outputs import STAGED_SUFFIX, begin_staged_folder, publish_staged_folder, write_text_atomic
-from .recipe import TrainingPreset, label_smoothed_loss, paper_schedule, peak_learning_rate, record_run_preset
+from .presets import TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
 from .training import build_model, check_run_folder, load_corpora_and_tokenizer
 

@@ -11,7 +11,7 @@ from .decoding import translate
 from .evaluation import score_translations
 from .integrity import load_model_and_tokenizer
 from .plots import plot_learning_curves
-from .recipe import get_training_preset
+from .presets import get_training_preset
 from .remote_code import generate_without_package
 from .training import train
 

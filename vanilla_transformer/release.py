@@ -14,7 +14,7 @@ from .data.multi30k import multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import render_model_card, training_hyperparameters
 from .outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
-from .recipe import PRESET_FLAGS, TRAINING_PRESETS, same_setting
+from .presets import PRESET_FLAGS, TRAINING_PRESETS, same_setting
 from .tokenization import lowercases
 
 SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
@@ -36,7 +36,7 @@ def train_command(run_preset: dict, output_dir: str) -> str:
     if unflagged:
         raise ValueError(
             f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag "
-            f"for; add the run as a named preset in vanilla_transformer/recipe.py to release it with a reproducible "
+            f"for; add the run as a named preset in vanilla_transformer/presets.py to release it with a reproducible "
             f"command."
         )
 

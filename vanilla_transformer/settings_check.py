@@ -25,7 +25,7 @@ from datasets import Dataset
 
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .data.corpora import FilterReport
-from .recipe import TrainingPreset, record_run_preset
+from .presets import TrainingPreset, record_run_preset
 from .tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
 
 # the settings that count something, with what they count: a run needs at least one of each

@@ -15,16 +15,12 @@ from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .optimization import label_smoothed_loss, peak_learning_rate
 from .outputs import check_not_an_input, check_output_folder, corpus_location, staged_folder
-from .recipe import (
-    TrainingPreset,
-    VanillaTransformerTrainer,
-    label_smoothed_loss,
-    peak_learning_rate,
-    record_run_preset,
-)
+from .presets import TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
 from .tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
+from .trainer import VanillaTransformerTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +52,7 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
 def check_run_folder(preset: TrainingPreset, output_dir: str | Path, overwrite: bool = False) -> None:
     """Refuse, before anything is read, an `output_dir` that is, holds or lies inside the corpus files, and a
     non-empty folder that is not a run of ours unless `overwrite`: a run resumes in its own folder, and starts in a
-    new or empty one. A run's marker is its `preset.json` (`recipe.record_run_preset` writes it first), its
+    new or empty one. A run's marker is its `preset.json` (`presets.record_run_preset` writes it first), its
     `tokenizer/tokenizer.json` (a run copied or recorded without its preset), or a `training-run` marker
     (`outputs.check_output_folder`). A file is left to `check_settings`."""
     output = Path(output_dir)
@@ -126,7 +122,7 @@ def train(
 ) -> TrainingRun:
     """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
     its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
-    A folder that holds a run trained with other settings is refused (`recipe.record_run_preset`), and so are
+    A folder that holds a run trained with other settings is refused (`presets.record_run_preset`), and so are
     settings that cannot finish, before the corpus is loaded or, for those that depend on the data, right after it is
     tokenized (`settings_check`): averaging more checkpoints than the run leaves, a pair that fits no batch, and more.
 

@@ -302,7 +302,7 @@ def repo_id(text: str) -> str:
 
 # --- shared flags ----------------------------------------------------------------------------------------------------
 
-# the type of each numeric TrainingPreset flag (vanilla_transformer.recipe.PRESET_FLAGS)
+# the type of each numeric TrainingPreset flag (vanilla_transformer.presets.PRESET_FLAGS)
 PRESET_TYPES: dict[str, Callable[[str], object]] = {
     "vocab_size": bpe_vocab_size,
     "max_tokens": positive_int,
@@ -322,7 +322,7 @@ PRESET_TYPES: dict[str, Callable[[str], object]] = {
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
     the languages, and the options both training functions take."""
-    from ..recipe import add_preset_arguments
+    from ..presets import add_preset_arguments
 
     add_preset_arguments(parser)
     for field, kind in PRESET_TYPES.items():  # add_preset_arguments types them int or float: check them here

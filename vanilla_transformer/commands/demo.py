@@ -14,7 +14,7 @@ from . import int_in_range, output_dir
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's flags."""
-    from ..recipe import TRAINING_PRESETS
+    from ..presets import TRAINING_PRESETS
 
     # the demo averages its last checkpoints, and saves at most one per update
     average_last = TRAINING_PRESETS["demo"].average_last

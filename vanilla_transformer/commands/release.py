@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> None:
     from ..checkpoints import average_checkpoints, list_checkpoints, run_inputs
     from ..data.multi30k import MULTI30K_ENV
     from ..outputs import check_not_an_input, check_output_folder
-    from ..recipe import read_run_preset
+    from ..presets import read_run_preset
     from ..release import adopt_best_length_penalty, evaluate_release, training_summary, write_release
 
     run_dir = Path(args.run_dir)

@@ -1,6 +1,6 @@
 """Train with the paper's recipe (§5) on Seq2SeqTrainer.
 
-The presets and their fields are in `vanilla_transformer/recipe.py`; every field is a flag.
+The presets and their fields are in `vanilla_transformer/presets.py`; every field is a flag.
 
     vanilla-transformer train --preset multi30k --output-dir outputs/multi30k
     vanilla-transformer train --preset demo --output-dir outputs/demo          # built-in corpus, minutes on a CPU
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run and print where its averaged final model is."""
-    from ..recipe import preset_from_arguments
+    from ..presets import preset_from_arguments
     from ..training import train
 
     result = train(

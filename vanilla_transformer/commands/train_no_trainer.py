@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run in the loop."""
     from ..no_trainer import train_no_trainer
-    from ..recipe import preset_from_arguments
+    from ..presets import preset_from_arguments
 
     train_no_trainer(
         preset_from_arguments(args),

@@ -1,0 +1,53 @@
+"""The paper's optimization (§5.3, §5.4), shared by `VanillaTransformerTrainer` and the plain accelerate loop: the
+learning-rate schedule and the label-smoothed loss, exact under gradient accumulation."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def peak_learning_rate(d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """The §5.3 rate at step = warmup_steps, where the two branches meet: factor·d_model^-0.5·warmup^-0.5."""
+    return factor * d_model**-0.5 * warmup_steps**-0.5
+
+
+def paper_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """§5.3: lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5), `step` counting updates from 1."""
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def paper_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> LambdaLR:
+    """The §5.3 schedule relative to the optimizer's learning rate, which must be the peak rate
+    (`peak_learning_rate`). `LambdaLR` asks for the multiplier of update n+1 after n updates, so the first update
+    uses step 1 as in the paper."""
+
+    def multiplier(updates_done: int) -> float:
+        step = updates_done + 1
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+    return LambdaLR(optimizer, multiplier)
+
+
+def label_smoothed_loss(epsilon: float):
+    """§5.4 label smoothing as a `Trainer` `compute_loss_func`: the summed smoothed cross-entropy divided by the
+    target tokens of the whole accumulated batch, so that gradient accumulation gives the large batch's gradient
+    (the Trainer's own `LabelSmoother` averages per micro-batch)."""
+
+    def compute_loss(outputs, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None):
+        logits = outputs["logits"]
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]),
+            labels.reshape(-1).to(logits.device),
+            ignore_index=-100,
+            label_smoothing=epsilon,
+            reduction="sum",
+        )
+        if num_items_in_batch is None:
+            num_items_in_batch = (labels != -100).sum()
+        if isinstance(num_items_in_batch, torch.Tensor):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        return loss / num_items_in_batch
+
+    return compute_loss
