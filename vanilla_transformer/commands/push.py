@@ -55,11 +55,10 @@ def run(args: argparse.Namespace) -> None:
         if args.dry_run:
             print(f"dry run, nothing was sent: pushing {args.folder} to {args.repo_id} would send", end=" ")
             print("\n".join(plan.listing()))
-            for line in plan.notes():
-                print(line)
-            return
         for line in plan.notes():
             print(line)
+        if args.dry_run:
+            return
         commit = push_folder(
             args.folder,
             args.repo_id,
