@@ -23,7 +23,7 @@ def tiny_config():
 
 def test_marian_and_torch_models_have_the_same_dimensions():
     config = tiny_config()
-    ours, marian, plain = (benchmark.build_model(name, config) for name in benchmark.MODELS)
+    ours, marian, plain = (benchmark.build_benchmark_model(name, config) for name in benchmark.MODELS)
     count = lambda model: sum(p.numel() for p in model.parameters() if p.requires_grad)  # noqa: E731
     # Marian's attention projections carry biases the paper's do not; everything trained is the same size
     d, attention_blocks = config.d_model, config.encoder_layers + 2 * config.decoder_layers
@@ -39,7 +39,7 @@ def test_every_model_generates_exactly_the_asked_number_of_tokens():
     batch = benchmark.random_batch(3, 7, 2, config.vocab_size)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
     for name in benchmark.MODELS:
-        model = benchmark.build_model(name, config).eval()
+        model = benchmark.build_benchmark_model(name, config).eval()
         with torch.no_grad():  # EOS made the likeliest token: only the minimum length keeps it out
             weight = model.lm_head.weight if name != "torch" else model.embed.weight
             weight[benchmark.EOS] = 10 * weight.abs().max()

@@ -18,8 +18,8 @@ from conftest import HUB_USER, tiny_model
 
 from vanilla_transformer.cli import COMMANDS, build_parser, main
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.decoding import translate
-from vanilla_transformer.integrity import load_model_and_tokenizer
+from vanilla_transformer.loading import load_model_and_tokenizer
+from vanilla_transformer.translation import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 # scripts/<file>.py → the subcommand it runs (the scripts keep the names the README has always used)

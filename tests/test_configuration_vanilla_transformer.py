@@ -1,4 +1,5 @@
 import pytest
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig
 
 from vanilla_transformer import PRESETS, VanillaTransformerConfig
@@ -52,7 +53,7 @@ def test_generation_parameters_are_not_config_fields():
         ({"encoder_layers": -1}, r"encoder_layers=-1 must be a positive integer"),
         ({"vocab_size": 0}, r"vocab_size=0 must be a positive integer"),
         ({"decoder_ffn_dim": 0}, r"decoder_ffn_dim=0 must be a positive integer"),
-        ({"d_model": "512"}, r"d_model='512' must be a positive integer"),
+        ({"d_model": "512"}, r"Field 'd_model' expected int, got str"),
         ({"dropout": 1.0}, r"dropout=1.0 is a probability and must lie in \[0, 1\)"),
         ({"attention_dropout": -0.1}, r"attention_dropout=-0.1 is a probability"),
         ({"activation_function": "tanh"}, r"activation_function='tanh' is not supported"),
@@ -66,7 +67,7 @@ def test_generation_parameters_are_not_config_fields():
     ],
 )
 def test_invalid_values_name_field_value_and_fix(overrides, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(StrictDataclassError, match=message):
         VanillaTransformerConfig(**overrides)
 
 
@@ -78,7 +79,8 @@ def test_d_model_30_with_5_heads_is_valid():
 def test_separate_vocabularies_are_an_option():
     config = VanillaTransformerConfig(vocab_size=100, decoder_vocab_size=80, share_encoder_decoder_embeddings=False)
     assert (config.vocab_size, config.decoder_vocab_size) == (100, 80)
-    with pytest.raises(ValueError, match="eos_token_id=90 lies outside the vocabulary \\(decoder_vocab_size=80\\)"):
+    message = r"eos_token_id=90 lies outside the vocabulary \(decoder_vocab_size=80\)"
+    with pytest.raises(StrictDataclassError, match=message):
         VanillaTransformerConfig(
             vocab_size=100, decoder_vocab_size=80, share_encoder_decoder_embeddings=False, eos_token_id=90
         )

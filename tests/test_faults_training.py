@@ -16,11 +16,11 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from vanilla_transformer.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.integrity import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
+from vanilla_transformer.loading import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
 from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.training import train
+from vanilla_transformer.translation import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 

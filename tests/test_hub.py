@@ -44,7 +44,7 @@ from vanilla_transformer.hub import (
     training_hyperparameters,
     validate_folder,
 )
-from vanilla_transformer.integrity import write_checksums
+from vanilla_transformer.loading import write_checksums
 from vanilla_transformer.optimization import label_smoothed_loss
 from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.remote_code import _BLOCK_PACKAGE, translate_without_package
@@ -559,7 +559,7 @@ def _nan_weight(folder: Path) -> list[str]:
 
 def _inf_weight(folder: Path) -> list[str]:
     name = _set_one_weight(folder, float("-inf"))
-    return ["model.safetensors", repr(name), "1 infinite", "push a checkpoint saved before the loss became NaN"]
+    return ["model.safetensors", repr(name), "1 Inf", "push a checkpoint saved before the loss became NaN"]
 
 
 def _link_out_of_the_folder(folder: Path) -> list[str]:

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vanilla_transformer.data.corpora import load_text_files, read_lines, tokenize_pairs
-from vanilla_transformer.decoding import translate
 from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
-from vanilla_transformer.integrity import write_checksums
+from vanilla_transformer.loading import write_checksums
+from vanilla_transformer.translation import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_LINE = "the small dog runs to the big house . " * 12  # ~100 tokens, beyond max_position_embeddings=16
@@ -100,7 +100,7 @@ def test_tokenizer_round_trips_any_text(builtin_tokenizer, text):
 
 
 def test_a_batch_of_odd_lines_translates_aligned_and_untruncated(model_folder, builtin_tokenizer, monkeypatch):
-    from vanilla_transformer.integrity import load_model_and_tokenizer
+    from vanilla_transformer.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_folder)
     widths = []
@@ -121,7 +121,7 @@ def test_a_batch_of_odd_lines_translates_aligned_and_untruncated(model_folder, b
 
 
 def test_the_long_line_gets_its_input_plus_50_tokens(model_folder):
-    from vanilla_transformer.integrity import load_model_and_tokenizer
+    from vanilla_transformer.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_folder)
     source = tokenizer([LONG_LINE], return_tensors="pt")
@@ -225,7 +225,7 @@ def test_logits_are_finite_and_padding_invariant(attn_implementation, drawn):
 
 @PROPERTY_SETTINGS
 @given(drawn=padded_batches())
-def test_decoding_with_the_cache_matches_the_full_forward(drawn):
+def test_translation_with_the_cache_matches_the_full_forward(drawn):
     batch, _, _ = drawn
     model = property_model("sdpa")
     decoder_input_ids = batch["decoder_input_ids"].clamp(min=3)  # the cache path is for unpadded prompts

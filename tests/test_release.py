@@ -9,12 +9,12 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
-from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import score_translations
 from vanilla_transformer.hub import CODE_FILES
 from vanilla_transformer.presets import get_training_preset, read_run_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 from vanilla_transformer.tokenization import lowercases
+from vanilla_transformer.translation import translate
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"

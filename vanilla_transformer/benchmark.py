@@ -145,7 +145,7 @@ class TorchTransformerTranslator(nn.Module):
         return output
 
 
-def build_model(name: str, config: VanillaTransformerConfig, attn_implementation: str = "sdpa") -> nn.Module:
+def build_benchmark_model(name: str, config: VanillaTransformerConfig, attn_implementation: str = "sdpa") -> nn.Module:
     torch.manual_seed(0)
     if name == "vanilla":
         config._attn_implementation = attn_implementation
@@ -300,9 +300,11 @@ def run_speed(
     """tokens/s medians per workload and model; see the module docstring for what is counted. `compiled` adds
     `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step."""
     device = torch.device(device)
-    built = {name: build_model(name, config, attn_implementation).to(device) for name in models}
+    built = {name: build_benchmark_model(name, config, attn_implementation).to(device) for name in models}
     if dtype != torch.float32:  # generation runs in the low precision itself; training uses autocast
-        generators = {name: build_model(name, config, attn_implementation).to(device, dtype) for name in models}
+        generators = {
+            name: build_benchmark_model(name, config, attn_implementation).to(device, dtype) for name in models
+        }
     else:
         generators = built
 
@@ -395,7 +397,7 @@ def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: 
         workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
     )
     if device == "cuda":
-        model = build_model(name, config).to(device)
+        model = build_benchmark_model(name, config).to(device)
         batch = {k: v.to(device) for k, v in batch.items()}
         torch.cuda.reset_peak_memory_stats()
         step = train_step_fn(name, model, batch, torch.float32)
@@ -407,7 +409,7 @@ def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: 
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
     before = _status_kib("VmRSS")
-    model = build_model(name, config)
+    model = build_benchmark_model(name, config)
     step = train_step_fn(name, model, batch, torch.float32)
     for _ in range(steps):
         step()

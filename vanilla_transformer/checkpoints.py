@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 from transformers.utils import SAFE_WEIGHTS_NAME
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .integrity import check_config_file, check_safetensors_file, write_checksums
+from .configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
+from .loading import check_config_file, check_safetensors_file, write_checksums
 from .outputs import check_not_an_input, check_output_folder, staged_folder
 from .tokenization import load_tokenizer, tokenizer_fingerprint
 
@@ -88,18 +88,9 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
 # run, and a run never changes these (dropout and init_std change training, not what the weights mean).
 ARCHITECTURE_FIELDS = (
     "model_type",
-    "vocab_size",
-    "decoder_vocab_size",
-    "d_model",
-    "encoder_layers",
-    "decoder_layers",
-    "encoder_attention_heads",
-    "decoder_attention_heads",
-    "encoder_ffn_dim",
-    "decoder_ffn_dim",
+    *SIZE_FIELDS,
     "activation_function",
     "scale_embedding",
-    "max_position_embeddings",
     "position_encoding",
     "normalize_before",
     "attention_bias",

@@ -21,6 +21,8 @@ import traceback
 from importlib import import_module
 from types import ModuleType
 
+from huggingface_hub.errors import StrictDataclassError
+
 from . import __version__
 from .commands import UsageError
 
@@ -37,6 +39,7 @@ COMMANDS = (
     "plot-attention",
     "release",
     "push",
+    "export-ctranslate2",
     "benchmark",
 )
 
@@ -67,7 +70,7 @@ def _expected_errors() -> tuple[type[Exception], ...]:
     data that cannot be had): the command prints that message, not a traceback. Imported only when an exception
     is on its way out, so that `--help` stays quick."""
     from .data.multi30k import Multi30kUnavailable
-    from .integrity import ModelFolderError
+    from .loading import ModelFolderError
     from .settings_check import SettingsError
 
     return Multi30kUnavailable, ModelFolderError, SettingsError
@@ -86,7 +89,8 @@ def user_error_message(error: BaseException) -> str | None:
     """The one line `error: ...` for an exception that tells the user what to change, or None for a bug.
 
     User errors: this package's own exception classes, a path error of the operating system (a file missing, a
-    folder where a file belongs, no permission), and a `ValueError` raised by this package's code (its checks of
+    folder where a file belongs, no permission), a config that fails its `@strict` validation, and a `ValueError`
+    raised by this package's code (its checks of
     files and settings). A `ValueError` from inside a library, or any other exception, is a bug: its traceback
     shows."""
     if isinstance(error, _expected_errors()):
@@ -96,6 +100,9 @@ def user_error_message(error: BaseException) -> str | None:
     if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
         where = f" writing {error.filename}" if error.filename else ""
         return f"error: {error.strerror or error}{where}: free space (or choose another disk); what was there is kept"
+    if isinstance(error, StrictDataclassError) and error.__cause__ is not None:
+        # the config's `@strict` validation: the cause names the field, its value and the fix
+        return f"error: invalid model configuration: {error.__cause__}"
     own_class = type(error).__module__.split(".")[0] == __package__
     if (
         own_class

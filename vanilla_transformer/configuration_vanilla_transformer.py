@@ -5,10 +5,24 @@ separate vocabularies, attention biases, attention/ReLU dropout) is a named opti
 This file is shipped to the Hub as remote code: it imports only `transformers`.
 """
 
-from transformers import PretrainedConfig
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
 
 POSITION_ENCODINGS = ("sinusoidal", "sinusoidal_halves", "learned")
 ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu", "swish")
+# the fields that size the network, each a positive integer
+SIZE_FIELDS = (
+    "vocab_size",
+    "decoder_vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
 
 # Table 3 of the paper, plus a small model for Multi30k (29k sentence pairs): the text-only "Transformer-tiny"
 # of Wu et al. 2021, which scores 41.02 BLEU on test2016; a base-size model overfits this corpus.
@@ -35,7 +49,8 @@ PRESETS: dict[str, dict] = {
 }
 
 
-class VanillaTransformerConfig(PretrainedConfig):
+@strict
+class VanillaTransformerConfig(PreTrainedConfig):
     r"""
     Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
 
@@ -117,7 +132,6 @@ class VanillaTransformerConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         if self.decoder_vocab_size is None:
             self.decoder_vocab_size = self.vocab_size
-        self.check_hyperparameters()
         super().__post_init__(**kwargs)
 
     @classmethod
@@ -127,20 +141,11 @@ class VanillaTransformerConfig(PretrainedConfig):
             raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
         return cls(**{**PRESETS[name], **overrides})
 
-    def check_hyperparameters(self) -> None:
-        """Raise a `ValueError` that names the field, its value and the fix for any inconsistent setting."""
-        for name in (
-            "vocab_size",
-            "decoder_vocab_size",
-            "d_model",
-            "encoder_layers",
-            "decoder_layers",
-            "encoder_attention_heads",
-            "decoder_attention_heads",
-            "encoder_ffn_dim",
-            "decoder_ffn_dim",
-            "max_position_embeddings",
-        ):
+    def validate_architecture(self) -> None:
+        """Part of `@strict` validation (at creation, loading and saving): a `ValueError` that names the field, its
+        value and the fix for any inconsistent size or option."""
+        super().validate_architecture()
+        for name in SIZE_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name}={value!r} must be a positive integer; set it to a size > 0.")
@@ -179,6 +184,11 @@ class VanillaTransformerConfig(PretrainedConfig):
                     f"share_encoder_decoder_embeddings=True needs one vocabulary; set "
                     f"share_encoder_decoder_embeddings=False for separate vocabularies."
                 )
+
+    def validate_token_ids(self) -> None:
+        """Part of `@strict` validation: special token ids must lie in the vocabulary they index. transformers only
+        warns (configs on the Hub store `pad_token_id=-1`); ours are written by this package, so an id outside is an
+        error that names the field."""
         sizes = {
             "vocab_size": self.vocab_size,
             "decoder_vocab_size": self.decoder_vocab_size,

@@ -177,6 +177,7 @@ def evaluate_model_on_split(
     num_beams: int = 4,
     output_hypotheses: str | Path | None = None,
     length_penalty: float | None = None,
+    engine: str = "pytorch",
 ) -> dict:
     """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
@@ -186,15 +187,12 @@ def evaluate_model_on_split(
 
     `output_hypotheses` is refused before the model is loaded when it is, holds or lies inside an input (the data
     folder, a source or reference file, the model folder), and is replaced only once every translation is written
-    (`outputs.staged_file`).
+    (`outputs.staged_file`). `engine="ctranslate2"` decodes with a CTranslate2 export (`translation.load_translator`).
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
-    import torch
-
-    from .decoding import translate
-    from .integrity import load_model_and_tokenizer
     from .outputs import check_output_file, staged_file
     from .tokenization import lowercases
+    from .translation import load_translator
 
     data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))
     sources_path = data_dir / f"{split}.{source_lang}"
@@ -214,22 +212,22 @@ def evaluate_model_on_split(
     has_tokenized_references = tokenized_references_path.is_file()
     tokenized_references = read_lines(tokenized_references_path) if has_tokenized_references else None
 
-    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
-    model, tokenizer = load_model_and_tokenizer(model_name_or_path, "cuda" if torch.cuda.is_available() else "cpu")
+    translator = load_translator(model_name_or_path, engine)
     if length_penalty is None:
-        length_penalty = model.generation_config.length_penalty
-    hypotheses = translate(
-        model, tokenizer, sources, batch_size=batch_size, num_beams=num_beams, length_penalty=length_penalty
+        length_penalty = translator.length_penalty
+    hypotheses = translator.translate(
+        sources, batch_size=batch_size, num_beams=num_beams, length_penalty=length_penalty
     )
     if output_hypotheses is not None:
         with staged_file(output_hypotheses, flag="--output-hypotheses") as staging:
             write_lines(staging, hypotheses)
 
     scores = score_translations(
-        hypotheses, references, tokenized_references, lang=target_lang, lowercase=lowercases(tokenizer)
+        hypotheses, references, tokenized_references, lang=target_lang, lowercase=lowercases(translator.tokenizer)
     )
     return {
         "model": model_name_or_path,
+        "engine": engine,
         "split": split,
         "source_lang": source_lang,
         "target_lang": target_lang,

@@ -24,7 +24,6 @@ from importlib import resources
 from pathlib import Path
 
 import jinja2
-import torch
 from huggingface_hub import CommitInfo, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from safetensors import safe_open
@@ -33,10 +32,11 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .checkpoints import list_checkpoints
 from .data.multi30k import COMMIT as MULTI30K_COMMIT
-from .integrity import (
+from .loading import (
     CHECKSUM_SUFFIX,
     PICKLE_SUFFIXES,
     ModelFolderError,
+    bad_values,
     check_config_file,
     check_safetensors_file,
     check_tokenizer_files,
@@ -406,7 +406,7 @@ def _check_config_and_code(folder: Path) -> list[str]:
 
 
 def _check_weights(folder: Path) -> list[str]:
-    """The weights are safetensors files (`integrity.weight_files`) that load with config.json. Their values are
+    """The weights are safetensors files (`loading.weight_files`) that load with config.json. Their values are
     judged by `_weights_problems`, with the push's own advice."""
     try:
         weight_files(folder)
@@ -424,7 +424,7 @@ def _check_weights(folder: Path) -> list[str]:
 
 
 def _check_tokenizer(folder: Path) -> list[str]:
-    """The tokenizer files are there, load, and fit the model (`integrity.check_tokenizer_fits_model`)."""
+    """The tokenizer files are there, load, and fit the model (`loading.check_tokenizer_fits_model`)."""
     try:
         check_tokenizer_files(folder)
     except ModelFolderError as error:
@@ -600,31 +600,22 @@ def _shard_names(index: Path) -> tuple[list[str], list[str]]:
     return shards, problems
 
 
-def _non_finite_problem(name: str, path: Path) -> str | None:
-    """A problem naming the tensors of a safetensors file that hold NaN or ±Inf (None when all are finite); the file
-    is read one tensor at a time."""
+def _impossible_values_problem(name: str, path: Path) -> str | None:
+    """A problem naming the tensors of a safetensors file that hold NaN, ±Inf or absurd values (`loading.bad_values`;
+    None when there are none); the file is read one tensor at a time."""
     bad = []
     with safe_open(str(path), framework="pt") as handle:
         for key in handle.keys():
-            tensor = handle.get_tensor(key)
-            if not tensor.is_floating_point():
-                continue
-            try:
-                finite = torch.isfinite(tensor)
-            except (RuntimeError, NotImplementedError):  # float8 and other types without the kernel
-                tensor = tensor.float()
-                finite = torch.isfinite(tensor)
-            if not bool(finite.all()):
-                bad.append((key, int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum()), tensor.numel()))
-            del tensor, finite
+            if problem := bad_values(handle.get_tensor(key)):
+                bad.append((key, problem))
     if not bad:
         return None
-    key, nans, infs, size = bad[0]
-    more = f" (and {len(bad) - 1} more tensor(s): {', '.join(k for k, *_ in bad[1:4])})" if len(bad) > 1 else ""
+    key, problem = bad[0]
+    more = f" (and {len(bad) - 1} more tensor(s): {', '.join(k for k, _ in bad[1:4])})" if len(bad) > 1 else ""
     return (
-        f"{name} holds non-finite weights: tensor {key!r} has {nans} NaN and {infs} infinite of {size} values{more}; "
-        f"the training diverged (or the file was damaged) and the model would translate to garbage: push a "
-        f"checkpoint saved before the loss became NaN, or train again with a lower learning rate or more warmup."
+        f"{name} holds impossible weights: tensor {key!r} has {problem}{more}; the training diverged (or the file "
+        f"was damaged) and the model would translate to garbage: push a checkpoint saved before the loss became NaN, "
+        f"or train again with a lower learning rate or more warmup."
     )
 
 
@@ -640,7 +631,7 @@ def _weights_problems(sources: dict[str, Path], folder: Path) -> list[str]:
         except ModelFolderError as error:
             problems.append(str(error) if name in str(error) else f"{name}: {error}")
             continue
-        problem = _non_finite_problem(name, path)
+        problem = _impossible_values_problem(name, path)
         if problem:
             problems.append(problem)
     return problems

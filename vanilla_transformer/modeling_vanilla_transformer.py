@@ -425,11 +425,15 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = True
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save as transformers does; a model marked for remote code gets an `auto_map` entry for every Auto class,
-        not only for the class that was saved, so `AutoModel` and `AutoModelForSeq2SeqLM` both load the folder."""
+        """Save as transformers does, with `auto_map` entries for every Auto class (`add_remote_auto_map`)."""
+        self.add_remote_auto_map()
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def add_remote_auto_map(self) -> None:
+        """A model marked for remote code gets an `auto_map` entry for every Auto class, not only for the class that
+        was saved, so `AutoModel` and `AutoModelForSeq2SeqLM` both load the saved folder. Any other entry is kept."""
         if self._auto_class is not None:
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **REMOTE_AUTO_MAP}
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -455,7 +459,46 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.copy_(module.weight, module.compute(module.weight.shape[0]))
 
 
-class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
+class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
+    """What the encoder and decoder stacks of §3.1 share: token embeddings scaled by √d_model (§3.4) plus positional
+    encodings (§3.5) with dropout on the sums (§5.4), N identical layers, and, for pre-LN only, a final LayerNorm."""
+
+    def __init__(self, config: VanillaTransformerConfig, vocab_size: int, layers: list[nn.Module]):
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = positional_encoding(config)
+        self.layers = nn.ModuleList(layers)
+        # the paper (post-LN) ends each layer with a LayerNorm already; pre-LN needs one after the stack
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
+        self.gradient_checkpointing = False
+
+    def input_embeddings(
+        self, input_ids: torch.LongTensor | None, inputs_embeds: torch.Tensor | None, names: tuple[str, str, str]
+    ) -> torch.Tensor:
+        """The token embeddings of `input_ids`, or `inputs_embeds` as given, their shapes checked; `names` are the
+        user-facing names of the ids, the embeddings and the sequence dimension."""
+        ids_name, embeds_name, length_name = names
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"Pass exactly one of {ids_name} or {embeds_name} to the {type(self).__name__}.")
+        if inputs_embeds is None:
+            check_shape(input_ids, ("batch_size", length_name), ids_name)
+            check_token_ids(input_ids, self.embed_tokens.num_embeddings, ids_name)
+            inputs_embeds = self.embed_tokens(input_ids)
+        check_shape(inputs_embeds, ("batch_size", length_name, self.config.d_model), embeds_name)
+        return inputs_embeds
+
+    def add_positions(self, inputs_embeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """§3.4 and §3.5: scaled embeddings plus positions, then dropout on the sums (§5.4)."""
+        hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
+        return F.dropout(hidden_states, p=self.dropout, training=self.training)
+
+    def final_layer_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(hidden_states) if self.layer_norm is not None else hidden_states
+
+
+class VanillaTransformerEncoder(VanillaTransformerStack):
     """The encoder stack of §3.1: N identical layers over scaled embeddings plus positional encodings."""
 
     _can_record_outputs = {
@@ -464,17 +507,8 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
-        self.dropout = config.dropout
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = positional_encoding(config)
-        self.layers = nn.ModuleList(
-            [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
-        )
-        # the paper (post-LN) ends each layer with a LayerNorm already; pre-LN needs one after the stack
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
-        self.gradient_checkpointing = False
+        layers = [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
+        super().__init__(config, config.vocab_size, layers)
         self.post_init()
 
     @merge_with_config_defaults
@@ -486,13 +520,8 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
-        if inputs_embeds is None:
-            check_shape(input_ids, ("batch_size", "sequence_length"), "input_ids")
-            check_token_ids(input_ids, self.embed_tokens.num_embeddings, "input_ids")
-            inputs_embeds = self.embed_tokens(input_ids)
-        check_shape(inputs_embeds, ("batch_size", "sequence_length", self.config.d_model), "inputs_embeds")
+        names = ("input_ids", "inputs_embeds", "sequence_length")
+        inputs_embeds = self.input_embeddings(input_ids, inputs_embeds, names)
         batch_size, seq_length = inputs_embeds.shape[:2]
         if seq_length == 0:  # else a reshape deep inside attention fails with a message about ambiguous sizes
             raise ValueError(
@@ -501,22 +530,18 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
             )
         check_shape(attention_mask, (batch_size, seq_length), "attention_mask", allow_4d=True)
 
-        # §3.4 and §3.5: scaled embeddings plus positions, then dropout on the sums (§5.4)
         positions = self.embed_positions(seq_length, position_ids=positions_from_mask(attention_mask, seq_length))
-        hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
-        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self.add_positions(inputs_embeds, positions)
 
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
         for encoder_layer in self.layers:
             hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
-        if self.layer_norm is not None:
-            hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutput(last_hidden_state=hidden_states)
+        return BaseModelOutput(last_hidden_state=self.final_layer_norm(hidden_states))
 
 
-class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
+class VanillaTransformerDecoder(VanillaTransformerStack):
     """The decoder stack of §3.1, masked so that position i attends only to positions < i+1 (§3.2.3)."""
 
     _can_record_outputs = {
@@ -526,16 +551,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
-        self.dropout = config.dropout
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = positional_encoding(config)
-        self.layers = nn.ModuleList(
-            [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
-        )
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
-        self.gradient_checkpointing = False
+        layers = [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        super().__init__(config, config.decoder_vocab_size, layers)
         self.post_init()
 
     @cache_renamed
@@ -553,13 +570,9 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         cache: Cache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of decoder_input_ids or decoder_inputs_embeds to the decoder.")
-        if inputs_embeds is None:
-            check_shape(input_ids, ("batch_size", "target_length"), "decoder_input_ids")
-            check_token_ids(input_ids, self.embed_tokens.num_embeddings, "decoder_input_ids")
-            inputs_embeds = self.embed_tokens(input_ids)
-        check_shape(inputs_embeds, ("batch_size", "target_length", self.config.d_model), "decoder_inputs_embeds")
+        inputs_embeds = self.input_embeddings(
+            input_ids, inputs_embeds, ("decoder_input_ids", "decoder_inputs_embeds", "target_length")
+        )
         batch_size, seq_length = inputs_embeds.shape[:2]
 
         past_key_values = one_decoder_cache(past_key_values, cache)
@@ -590,9 +603,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
 
         position_ids = positions_from_mask(attention_mask, seq_length)
-        positions = self.embed_positions(seq_length, past_length, position_ids).to(inputs_embeds.dtype)
-        hidden_states = inputs_embeds * self.embed_scale + positions
-        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self.add_positions(inputs_embeds, self.embed_positions(seq_length, past_length, position_ids))
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
@@ -603,10 +614,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
                 use_cache=use_cache,
                 **kwargs,
             )
-        if self.layer_norm is not None:
-            hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, **{CACHE_OUTPUT_NAME: past_key_values}
+            last_hidden_state=self.final_layer_norm(hidden_states), **{CACHE_OUTPUT_NAME: past_key_values}
         )
 
 

@@ -26,10 +26,15 @@ from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remo
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
-from .integrity import fsync_directory, fsync_tree
-from .modeling_vanilla_transformer import REMOTE_AUTO_MAP
 from .optimization import label_smoothed_loss, paper_schedule, peak_learning_rate
-from .outputs import STAGED_SUFFIX, begin_staged_folder, publish_staged_folder, write_text_atomic
+from .outputs import (
+    STAGED_SUFFIX,
+    begin_staged_folder,
+    fsync_directory,
+    fsync_tree,
+    publish_staged_folder,
+    write_text_atomic,
+)
 from .presets import TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
 from .training import build_model, check_run_folder, load_corpora_and_tokenizer
@@ -92,8 +97,7 @@ def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     """What `save_pretrained` writes besides the weights: the two code files with an `auto_map` (so the folder also
     loads with `trust_remote_code=True` without this package), config, generation config, and the tokenizer."""
     if model._auto_class is not None:
-        # as VanillaTransformerPreTrainedModel.save_pretrained: an entry for every Auto class, not only the saved one
-        model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), **REMOTE_AUTO_MAP}
+        model.add_remote_auto_map()
         custom_object_save(model, folder, config=model.config)
     model.config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)

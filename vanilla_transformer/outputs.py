@@ -31,8 +31,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .integrity import fsync_directory, fsync_tree
-
 logger = logging.getLogger(__name__)
 
 MARKER_NAME = ".vanilla-transformer-output"
@@ -43,6 +41,7 @@ REPLACED_SUFFIX = ".replaced"
 # a run's folder may carry besides its preset.json, which is what training writes and looks for)
 KINDS = {
     "model": "a model folder",
+    "ctranslate2": "a CTranslate2 export",
     "release": "a release folder",
     "tokenizer": "a tokenizer folder",
     "training-run": "a training run",
@@ -200,6 +199,30 @@ def _default_mode(folder: bool) -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return (0o777 if folder else 0o666) & ~umask
+
+
+def fsync_tree(folder: str | Path) -> None:
+    """Flush every file under `folder`, then the folders themselves, to disk, so that a rename that follows cannot
+    publish a folder whose data is still only in the page cache when the machine goes down."""
+    folder = Path(folder)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+    for path in [*sorted(p for p in folder.rglob("*") if p.is_dir()), folder]:
+        fsync_directory(path)
+
+
+def fsync_directory(folder: str | Path) -> None:
+    """Flush a folder's entries (names created, renamed or removed in it) to disk, where the platform allows it."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:  # Windows cannot open folders; NTFS journals renames itself
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _fsync_file(path: Path) -> None:

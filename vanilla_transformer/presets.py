@@ -50,32 +50,29 @@ class TrainingPreset:
         return VanillaTransformerConfig.from_preset(self.model_preset, **{**values, **fields})
 
 
+PAPER_BASE = TrainingPreset(
+    model_preset="base",
+    corpus="wmt14",
+    dataset_config="de-en",
+    valid_split="validation",
+    vocab_size=37000,
+    max_tokens=8192,
+    tokens_per_update=50000,
+    warmup_steps=4000,
+    max_steps=100_000,
+    save_steps=1500,
+    eval_steps=5000,
+    average_last=5,
+)
+
 TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # §5.1-5.4, Table 3: 25k+25k tokens per update, 100k steps (base) / 300k (big), average the last 5 / 20
     # checkpoints, written every 10 minutes on 8 P100s (~1500 steps base, ~600 big).
-    "paper-base": TrainingPreset(
-        model_preset="base",
-        corpus="wmt14",
-        dataset_config="de-en",
-        valid_split="validation",
-        vocab_size=37000,
-        max_tokens=8192,
-        tokens_per_update=50000,
-        warmup_steps=4000,
-        max_steps=100_000,
-        save_steps=1500,
-        eval_steps=5000,
-        average_last=5,
-    ),
-    "paper-big": TrainingPreset(
+    "paper-base": PAPER_BASE,
+    "paper-big": replace(
+        PAPER_BASE,
         model_preset="big",
-        corpus="wmt14",
-        dataset_config="de-en",
-        valid_split="validation",
-        vocab_size=37000,
         max_tokens=4096,
-        tokens_per_update=50000,
-        warmup_steps=4000,
         max_steps=300_000,
         save_steps=600,
         eval_steps=10000,

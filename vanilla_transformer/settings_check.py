@@ -25,6 +25,7 @@ from datasets import Dataset
 
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .data.corpora import FilterReport
+from .loading import CONFIG_ERRORS, config_error_message
 from .presets import TrainingPreset, record_run_preset
 from .tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
 
@@ -160,10 +161,10 @@ def _model_problems(preset: TrainingPreset) -> list[str]:
     """The preset's model: buildable at all, and with positions for the pairs `max_length` keeps."""
     try:
         config = preset.model_config(vocab_size=max(preset.vocab_size, MIN_VOCAB_SIZE))
-    except (ValueError, TypeError) as error:
+    except CONFIG_ERRORS as error:
         return [
             f"the preset's model ({preset.model_preset!r} with model_overrides {dict(preset.model_overrides)}) "
-            f"cannot be built: {error}"
+            f"cannot be built: {config_error_message(error)}"
         ]
     # sinusoidal positions extend to any length; learned ones end at their table (sources and decoder inputs are
     # at most max_length tokens; validation's generation stops at the table by itself)

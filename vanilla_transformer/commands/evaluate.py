@@ -9,6 +9,7 @@ Scoring a file of translations:
 or translating a split with a saved model first:
     vanilla-transformer evaluate --model FOLDER_OR_HUB_ID --split test2016 [--data-dir DIR]
         [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]
+        [--engine pytorch|ctranslate2]
 """
 
 import argparse
@@ -43,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-hypotheses", type=output_file, help="with --model: write the translations to this file"
     )
+    parser.add_argument(
+        "--engine",
+        default="pytorch",
+        choices=["pytorch", "ctranslate2"],
+        help="with --model: pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -67,5 +74,6 @@ def run(args: argparse.Namespace) -> None:
             batch_size=args.batch_size,
             num_beams=args.num_beams,
             output_hypotheses=args.output_hypotheses,
+            engine=args.engine,
         )
     print(json.dumps(scores, indent=2, ensure_ascii=False))

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Write attention-encoder.png and attention-cross.png under --output-dir."""
-    from ..integrity import load_model_and_tokenizer
+    from ..loading import load_model_and_tokenizer
     from ..outputs import check_output_file, staged_file
     from ..plots import attention_maps, plot_attention
 

@@ -3,7 +3,10 @@
 One sentence per line; the decoding is the model's generation config (the paper's) unless told otherwise.
 
     vanilla-transformer translate --model DIR_OR_HUB_ID [--input FILE] [--output FILE] [--batch-size 64]
-        [--num-beams N] [--device cpu|cuda]
+        [--num-beams N] [--device cpu|cuda] [--engine pytorch|ctranslate2]
+
+`--engine ctranslate2` decodes with a CTranslate2 export of the model (`vanilla-transformer export-ctranslate2`):
+the same tokenizer, beam size, maximum length and GNMT length penalty (applied to its n-best list).
 
 Line N of the output translates line N of the input: empty lines stay empty, lines end at "\\n" only (CRLF input is
 read as LF), and a line break inside a translation becomes a space.
@@ -43,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
     )
+    parser.add_argument(
+        "--engine",
+        default="pytorch",
+        choices=["pytorch", "ctranslate2"],
+        help="pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
+    )
 
 
 def _stdin_file() -> str | None:
@@ -58,27 +67,27 @@ def _stdin_file() -> str | None:
 
 def run(args: argparse.Namespace) -> None:
     """Translate the lines and write them; timing and warnings go to stderr, so stdout holds translations only."""
-    import torch
-
     from ..data.corpora import read_lines, read_stream_lines, write_lines
-    from ..decoding import translate
-    from ..integrity import load_model_and_tokenizer
     from ..outputs import check_output_file, staged_file
+    from ..translation import load_translator
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     if args.output != "-":  # before the model loads: the output is no input (stdin redirected from it, too)
         source = ("--input", args.input) if args.input != "-" else ("stdin", _stdin_file())
         model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
         check_output_file(args.output, [source, ("--model", model_folder)])
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
-    model, tokenizer = load_model_and_tokenizer(args.model, device=device)
+    translator = load_translator(args.model, args.engine, args.device)
 
     lines = read_stream_lines(sys.stdin.buffer, "<stdin>") if args.input == "-" else read_lines(args.input)
-    generate_kwargs = {} if args.num_beams is None else {"num_beams": args.num_beams}
     start = time.perf_counter()
-    translations = translate(model, tokenizer, lines, batch_size=args.batch_size, **generate_kwargs)
-    logger.info("translated %d lines in %.1fs on %s", len(lines), time.perf_counter() - start, device)
+    translations = translator.translate(lines, batch_size=args.batch_size, num_beams=args.num_beams)
+    logger.info(
+        "translated %d lines in %.1fs on %s (%s)",
+        len(lines),
+        time.perf_counter() - start,
+        translator.device,
+        args.engine,
+    )
 
     if args.output == "-":
         broken = write_lines(None, translations)

@@ -25,9 +25,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.checkpoints import average_checkpoints
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.decoding import translate
 from vanilla_transformer.evaluation import evaluate_model_on_split
-from vanilla_transformer.integrity import (
+from vanilla_transformer.loading import (
     ModelFolderError,
     check_loaded_weights,
     load_model_and_tokenizer,
@@ -36,6 +35,7 @@ from vanilla_transformer.integrity import (
 from vanilla_transformer.presets import TRAINING_PRESETS
 from vanilla_transformer.tokenization import tokenizer_fingerprint, train_joint_bpe
 from vanilla_transformer.training import build_model
+from vanilla_transformer.translation import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,6 @@
-"""Saved folders that survive crashes and strangers.
+"""Loading a saved model folder, and every check on saved folders (config, weights, tokenizer, checksums).
 
-Writing: `fsync_tree` puts a folder's bytes on disk before it is renamed into place (checkpoints, averaged models),
-and `write_checksums` stores the SHA-256 of each safetensors file beside it as `<file>.sha256` (`sha256sum -c`
+Writing: `write_checksums` stores the SHA-256 of each safetensors file beside it as `<file>.sha256` (`sha256sum -c`
 reads it), so that a flipped bit in tensor data, which the safetensors format cannot see, is found later.
 
 Reading: `check_model_folder` looks at a folder before transformers does and raises a `ModelFolderError` that names
@@ -19,31 +18,23 @@ load through it.
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoModelForSeq2SeqLM, PreTrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
 from .tokenization import load_tokenizer, tokenizer_fingerprint
 
 CHECKSUM_SUFFIX = ".sha256"
 # the fields that size the network: a config.json without one would silently get the paper's base-model default
-REQUIRED_CONFIG_FIELDS = (
-    "vocab_size",
-    "d_model",
-    "encoder_layers",
-    "decoder_layers",
-    "encoder_attention_heads",
-    "decoder_attention_heads",
-    "encoder_ffn_dim",
-    "decoder_ffn_dim",
-)
+# (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
+REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
 # names under which PyTorch/NumPy/joblib write pickles (torch.save, joblib.dump, np.save of objects); loading one can
 # run any code, so no folder is loaded from one (`weight_files`) nor pushed with one (`hub.find_pickles`)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
@@ -56,32 +47,18 @@ HUGE_WEIGHT = 2.0**64
 LISTED = 5
 
 
+# what building a `VanillaTransformerConfig` from bad values raises (`@strict` validation wraps our ValueError)
+CONFIG_ERRORS = (ValueError, TypeError, StrictDataclassError)
+
+
+def config_error_message(error: Exception) -> str:
+    """The message of a config validation error: for `@strict` validation the one line of its cause, which names the
+    field, its value and the fix, rather than the wrapper's validator name."""
+    return str(error.__cause__) if isinstance(error, StrictDataclassError) and error.__cause__ else str(error)
+
+
 class ModelFolderError(ValueError):
     """A saved model folder that cannot be loaded safely; the message names the file, the problem and the fix."""
-
-
-def fsync_tree(folder: str | Path) -> None:
-    """Flush every file under `folder`, then the folders themselves, to disk, so that a rename that follows cannot
-    publish a folder whose data is still only in the page cache when the machine goes down."""
-    folder = Path(folder)
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            with path.open("rb") as handle:
-                os.fsync(handle.fileno())
-    for path in [*sorted(p for p in folder.rglob("*") if p.is_dir()), folder]:
-        fsync_directory(path)
-
-
-def fsync_directory(folder: str | Path) -> None:
-    """Flush a folder's entries (names created, renamed or removed in it) to disk, where the platform allows it."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:  # Windows cannot open folders; NTFS journals renames itself
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def file_sha256(path: str | Path) -> str:
@@ -264,7 +241,7 @@ class ExpectedTensors(NamedTuple):
     ignored: list[str]  # patterns of extra names the class accepts (`_keys_to_ignore_on_load_unexpected`)
 
 
-def expected_tensors(config: dict | PretrainedConfig, source: str = "config.json") -> ExpectedTensors:
+def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json") -> ExpectedTensors:
     """The tensors a folder with this config.json must hold, from the model class `AutoModelForSeq2SeqLM` builds on
     the meta device (no memory, no initialisation). Tied weights may be absent: save_pretrained stores one of each
     tied group (`model.shared.weight`, not `lm_head.weight` nor the encoder's and decoder's embeddings). `source`
@@ -272,9 +249,10 @@ def expected_tensors(config: dict | PretrainedConfig, source: str = "config.json
     if isinstance(config, dict):
         try:
             config = VanillaTransformerConfig.from_dict(config)
-        except (ValueError, TypeError) as error:
+        except CONFIG_ERRORS as error:
             raise ModelFolderError(
-                f"{source} describes no valid model ({error}); restore the config.json saved with the weights."
+                f"{source} describes no valid model ({config_error_message(error)}); restore the config.json saved "
+                f"with the weights."
             ) from None
     with torch.device("meta"):
         model = AutoModelForSeq2SeqLM.from_config(config)
@@ -287,7 +265,7 @@ def expected_tensors(config: dict | PretrainedConfig, source: str = "config.json
     return ExpectedTensors(type(model).__name__, shapes, optional, ignored)
 
 
-def check_weights(folder: str | Path, config: dict | PretrainedConfig) -> None:
+def check_weights(folder: str | Path, config: dict | PreTrainedConfig) -> None:
     """Raise a `ModelFolderError` if the tensors of `folder`'s safetensors files cannot be this model's weights:
     names the model class lacks (unexpected: transformers would drop them) or needs and cannot find (missing:
     transformers would initialise them at random), shapes other than the config implies, and floating-point values
@@ -335,7 +313,7 @@ def check_weights(folder: str | Path, config: dict | PretrainedConfig) -> None:
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
             for name in handle.keys():
-                problem = _bad_values(handle.get_tensor(name))
+                problem = bad_values(handle.get_tensor(name))
                 if problem:
                     bad.append((path, f"{name} ({problem})"))
     if bad:
@@ -348,7 +326,7 @@ def check_weights(folder: str | Path, config: dict | PretrainedConfig) -> None:
         )
 
 
-def _bad_values(tensor: torch.Tensor) -> str:
+def bad_values(tensor: torch.Tensor) -> str:
     """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return ""
@@ -362,7 +340,7 @@ def _bad_values(tensor: torch.Tensor) -> str:
     return f"{', '.join(parts)} of {tensor.numel()} values" if parts else ""
 
 
-def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig, source: str) -> None:
+def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
     """Raise a `ModelFolderError` if the tokenizer can produce ids the model has no embedding for, or if the two
     disagree on the padding or end-of-sentence id (the model would then read or stop at the wrong token)."""
     size = len(tokenizer)
@@ -395,7 +373,7 @@ def check_tokenizer_files(folder: str | Path) -> None:
         )
 
 
-def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig, source: str) -> None:
+def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
     """Raise a `ModelFolderError` if the tokenizer is not the one the model was trained with: its
     `tokenizer_fingerprint` differs from the one training recorded in config.json. Folders that record none (saved
     before the fingerprint existed) get the weaker `check_tokenizer_fits_model` only."""
@@ -425,7 +403,7 @@ def check_loaded_weights(model: PreTrainedModel, loading_info: dict, source: str
                 f"{source}: {len(names)} tensor(s) {kind} in its weights ({_listed(names)}), which transformers "
                 f"{effect}; {fix}."
             )
-    bad = [f"{name} ({problem})" for name, tensor in model.state_dict().items() if (problem := _bad_values(tensor))]
+    bad = [f"{name} ({problem})" for name, tensor in model.state_dict().items() if (problem := bad_values(tensor))]
     if bad:
         raise ModelFolderError(f"{source} holds impossible weights in {len(bad)} tensor(s): {_listed(bad)}; {fix}.")
 
@@ -481,7 +459,6 @@ __all__ = [
     "check_tokenizer_matches_model",
     "check_weights",
     "expected_tensors",
-    "fsync_tree",
     "load_model_and_tokenizer",
     "weight_files",
     "write_checksums",

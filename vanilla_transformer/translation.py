@@ -6,9 +6,14 @@ stopping when no running hypothesis can still win (see `VanillaTransformerForCon
 
 A model whose weights hold NaN or Inf (loaded around `load_model_and_tokenizer`, which refuses them) decodes to empty
 or garbage lines; `translate` notices the non-finite scores and raises instead of returning them.
+
+`load_translator` puts a model behind one call for the commands, with our PyTorch model or its CTranslate2 export
+(`ctranslate2_engine`) as the engine.
 """
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
@@ -133,7 +138,7 @@ def _raise_non_finite(model: PreTrainedModel, batch: list[str]) -> None:
         f"{source} produced non-finite scores (NaN or Inf) while translating a batch of {len(batch)} sentence(s), "
         f"starting with {batch[0][:80]!r}: its weights hold NaN, Inf or huge values{overflow}, and every "
         f"translation would be empty or garbage. Re-download or restore the model folder, or re-train it; loading it "
-        f"with vanilla_transformer.integrity.load_model_and_tokenizer names the tensor at fault."
+        f"with vanilla_transformer.loading.load_model_and_tokenizer names the tensor at fault."
     )
 
 
@@ -155,3 +160,46 @@ def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> N
 
 
 __all__ = ["translate"]
+
+
+ENGINES = ("pytorch", "ctranslate2")
+
+
+class Translator(NamedTuple):
+    """A loaded model behind one call: `translate(sentences, batch_size=..., num_beams=..., length_penalty=...)`
+    returns one string per sentence; `length_penalty` is the model's own α (§6.1)."""
+
+    translate: Callable[..., list[str]]
+    tokenizer: PreTrainedTokenizerBase
+    length_penalty: float
+    device: str
+
+
+def load_translator(source: str, engine: str = "pytorch", device: str | None = None) -> Translator:
+    """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id loaded and checked by
+    `load_model_and_tokenizer` and decoded by `translate`; or "ctranslate2", a folder written by
+    `vanilla-transformer export-ctranslate2` and decoded by CTranslate2 (`ctranslate2_engine`). `device` defaults
+    to cuda where there is one."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if engine == "ctranslate2":
+        from .ctranslate2_engine import load_ctranslate2, translate_with_ctranslate2
+
+        translator, tokenizer, info = load_ctranslate2(source, device.split(":")[0])
+
+        def run_ctranslate2(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
+            return translate_with_ctranslate2(translator, tokenizer, sentences, info, batch_size, **decoding)
+
+        return Translator(run_ctranslate2, tokenizer, info["decoding"]["length_penalty"], device)
+
+    from .loading import load_model_and_tokenizer
+
+    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
+    model, tokenizer = load_model_and_tokenizer(source, device=device)
+
+    def run_pytorch(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
+        decoding = {name: value for name, value in decoding.items() if value is not None}
+        return translate(model, tokenizer, sentences, batch_size=batch_size, **decoding)
+
+    return Translator(run_pytorch, tokenizer, model.generation_config.length_penalty, device)

@@ -1,11 +1,11 @@
 import json
 
-from vanilla_transformer.quickstart import run
+from vanilla_transformer.commands.demo import run_demo
 
 
 def test_main_job_trains_scores_and_saves_a_remote_code_folder(tmp_path, capsys):
     # the full demo (500 updates, BLEU >= 90) is the README's command; here the same pipeline with 30 updates
-    scores = run(str(tmp_path / "demo"), max_steps=30, release=tmp_path / "no-release")
+    scores = run_demo(str(tmp_path / "demo"), max_steps=30, release=tmp_path / "no-release")
     printed = capsys.readouterr().out
     assert "held-out built-in pairs (500): BLEU" in printed
     assert "loads with trust_remote_code in a process without this package" in printed
