@@ -34,6 +34,7 @@ SCRIPTS = {
     "release": "release",
     "push_to_hub": "push",
     "plot_attention": "plot-attention",
+    "export_ctranslate2": "export-ctranslate2",
     "benchmark": "benchmark",
 }
 RESULTS = {  # a release record (what `vanilla-transformer release` writes to results.json), for the card

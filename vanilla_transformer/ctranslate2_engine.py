@@ -263,8 +263,11 @@ def load_ctranslate2(folder: str | Path, device: str = "cpu", threads: int = 0):
         raise ModelFolderError(
             f"{folder / TOKENIZER_FOLDER} holds no tokenizer.json: export the model folder again, with its tokenizer."
         )
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda"):
+        raise ExportError(f"--device {device}: CTranslate2 runs on cpu or cuda; use --engine pytorch for {kind}.")
     info = json.loads(info_path.read_text(encoding="utf-8"))
-    translator = ctranslate2.Translator(str(folder), device=device, intra_threads=threads)
+    translator = ctranslate2.Translator(str(folder), device=kind, device_index=int(index or 0), intra_threads=threads)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder / TOKENIZER_FOLDER))
     return translator, tokenizer, info
 
