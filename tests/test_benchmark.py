@@ -34,7 +34,7 @@ def test_marian_and_torch_models_have_the_same_dimensions():
     assert count(plain) - count(ours) == attention_blocks * 4 * d + 2 * 2 * d
 
 
-def test_every_model_generates_exactly_the_asked_number_of_tokens():
+def test_every_model_generates_exactly_the_asked_number_of_tokens(tmp_path):
     config = tiny_config()
     batch = benchmark.random_batch(3, 7, 2, config.vocab_size)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
@@ -51,6 +51,12 @@ def test_every_model_generates_exactly_the_asked_number_of_tokens():
                 output = model.generate(**inputs, **options)
             assert output.shape == (3, 6), (name, num_beams)
             assert not (output[:, 1:] == benchmark.EOS).any(), (name, num_beams)
+        if name == "vanilla":  # its CTranslate2 exports decode the same sources to the same number of tokens
+            for exported, translate_fn in benchmark.ctranslate2_fns(model, str(tmp_path), torch.device("cpu")).items():
+                for num_beams in (1, 3):
+                    results = translate_fn(inputs, 5, num_beams)()
+                    assert [len(r.hypotheses[0]) for r in results] == [5, 5, 5], (exported, num_beams)
+                    assert not any("</s>" in r.hypotheses[0] for r in results), (exported, num_beams)
 
 
 def test_the_script_writes_a_report_and_a_table(tmp_path):
@@ -66,16 +72,19 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     assert set(report["speed"]) == {"train", "greedy_b1", "greedy_b32", "beam4_b8"}
     for job, by_model in report["speed"].items():
         expected = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
-        expected |= {benchmark.COMPILED} if job != "train" else set()
+        expected |= {benchmark.COMPILED, *benchmark.CTRANSLATE2} if job != "train" else set()
         assert set(by_model) == expected
         for result in by_model.values():
             assert len(result["seconds"]) == 2 and result["tokens_per_second"] > 0
         ratio = by_model["vanilla"]["tokens_per_second"] / by_model["marian"]["tokens_per_second"]
         assert abs(report["ratios"][job] - ratio) < 1e-9
+        if job != "train":
+            exported = by_model["ctranslate2_int8"]["tokens_per_second"] / by_model["vanilla"]["tokens_per_second"]
+            assert abs(report["ctranslate2_ratios"]["ctranslate2_int8"][job] - exported) < 1e-9
     assert all(report["memory"][name] > 0 for name in benchmark.MODELS)
     assert report["peak_flops_per_second"] > 1e8
     assert "| greedy_b32 |" in done.stdout and "| peak training memory |" in done.stdout
-    assert f"{benchmark.COMPILED} tok/s" in done.stdout
+    assert f"{benchmark.COMPILED} tok/s" in done.stdout and "| ctranslate2_int8 / vanilla |" in done.stdout
 
 
 def test_flop_counts_follow_the_dimensions():

@@ -16,9 +16,11 @@ process after its imports; GPU: `torch.cuda.max_memory_allocated`).
 import json
 import math
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from .modeling_vanilla_transformer import VanillaTransformerForConditionalGenera
 PAD, BOS, EOS = 0, 1, 2
 MODELS = ("vanilla", "marian", "torch")
 COMPILED = "vanilla_compiled"  # generation only: static cache, decoding step compiled
+# generation only: the vanilla model exported to CTranslate2 (`ctranslate2_engine`), weights in float32 or int8
+CTRANSLATE2 = {"ctranslate2_float32": "float32", "ctranslate2_int8": "int8"}
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,38 @@ def generate_fn(
     return lambda: model.generate(**inputs, **options)
 
 
+def ctranslate2_fns(
+    model: VanillaTransformerForConditionalGeneration, folder: str, device: torch.device
+) -> dict[str, Callable[[dict, int, int], Callable[[], None]]]:
+    """For each CTranslate2 row, a function of (inputs, new tokens, beams) that returns one `translate_batch` call
+    decoding exactly the tokens `generate_fn` does: the same sources (padding removed), the same threads, exactly
+    `new_tokens` tokens (`min_decoding_length`), the same |Y|^0.6 length penalty for beam search."""
+    import ctranslate2
+
+    from .ctranslate2_engine import convert
+
+    vocabulary = ["<pad>", "<s>", "</s>", *(f"t{i}" for i in range(EOS + 1, model.config.vocab_size))]
+    fns = {}
+    for name, quantization in CTRANSLATE2.items():
+        convert(model, vocabulary, vocabulary, f"{folder}/{name}", quantization)
+        translator = ctranslate2.Translator(
+            f"{folder}/{name}", device=device.type, intra_threads=torch.get_num_threads(), compute_type=quantization
+        )
+
+        def translate_fn(inputs: dict, new_tokens: int, num_beams: int, translator=translator) -> Callable[[], None]:
+            sources = [
+                [vocabulary[i] for i in row[mask.bool()].tolist()]
+                for row, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
+            ]
+            options = {"beam_size": num_beams, "length_penalty": 0.6 if num_beams > 1 else 0.0}
+            return lambda: translator.translate_batch(
+                sources, min_decoding_length=new_tokens, max_decoding_length=new_tokens, **options
+            )
+
+        fns[name] = translate_fn
+    return fns
+
+
 def measure(fn: Callable[[], None], device: torch.device, warmup: int = 1) -> float:
     """Seconds of one call, after `warmup` calls."""
     for _ in range(warmup):
@@ -296,9 +332,11 @@ def run_speed(
     attn_implementation: str = "sdpa",
     log: Callable[[str], None] = print,
     compiled: bool = True,
+    ctranslate2: bool = True,
 ) -> dict:
     """tokens/s medians per workload and model; see the module docstring for what is counted. `compiled` adds
-    `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step."""
+    `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step;
+    `ctranslate2` adds this model exported to CTranslate2 in float32 and int8 (`CTRANSLATE2`)."""
     device = torch.device(device)
     built = {name: build_benchmark_model(name, config, attn_implementation).to(device) for name in models}
     if dtype != torch.float32:  # generation runs in the low precision itself; training uses autocast
@@ -317,7 +355,14 @@ def run_speed(
         if compiled and "vanilla" in generators:
             vanilla = generators["vanilla"]
             fns[COMPILED] = generate_fn("vanilla", vanilla, inputs, workloads.new_tokens, num_beams, compiled=True)
+        for name, translate_fn in exported.items():
+            fns[name] = translate_fn(inputs, workloads.new_tokens, num_beams)
         return fns
+
+    exported = {}
+    if ctranslate2 and "vanilla" in built:
+        folder = tempfile.mkdtemp(prefix="benchmark-ctranslate2-")
+        exported = ctranslate2_fns(built["vanilla"], folder, device)
 
     train_batch = {
         k: v.to(device)
@@ -370,6 +415,8 @@ def run_speed(
             f"{job}: "
             + ", ".join(f"{name} {result['tokens_per_second']:.0f} tok/s" for name, result in results[job].items())
         )
+    if exported:
+        shutil.rmtree(folder)
     return results
 
 
@@ -449,9 +496,11 @@ def ratios(results: dict, reference: str = "marian", subject: str = "vanilla") -
 def format_table(report: dict) -> str:
     """A Markdown table: tokens/s per model and workload, the share of the matmul peak, and vanilla / Marian."""
     speed, peak = report["speed"], report["peak_flops_per_second"]
-    models = [m for m in (*MODELS, COMPILED) if any(m in by_model for by_model in speed.values())]
+    models = [m for m in (*MODELS, COMPILED, *CTRANSLATE2) if any(m in by_model for by_model in speed.values())]
+    exported = {name: by_job for name, by_job in report.get("ctranslate2_ratios", {}).items() if by_job}
     header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " | vanilla / marian |"
-    lines = [header, "|" + "---|" * (len(models) + 2)]
+    header += "".join(f" {name} / vanilla |" for name in exported)
+    lines = [header, "|" + "---|" * (len(models) + 2 + len(exported))]
     for job, by_model in speed.items():
         cells = []
         for m in models:
@@ -461,12 +510,14 @@ def format_table(report: dict) -> str:
             else:
                 cells.append("n/a")
         ratio = report["ratios"].get(job)
-        lines.append(f"| {job} | " + " | ".join(cells) + (f" | {ratio:.2f}× |" if ratio else " | n/a |"))
+        row = f"| {job} | " + " | ".join(cells) + (f" | {ratio:.2f}× |" if ratio else " | n/a |")
+        row += "".join(f" {by_job[job]:.2f}× |" if job in by_job else " n/a |" for by_job in exported.values())
+        lines.append(row)
     if report.get("memory"):
         memory = report["memory"]
         cells = [f"{memory[m] / 2**20:,.0f} MiB" if m in memory else "n/a" for m in models]
         ratio = memory["vanilla"] / memory["marian"] if "vanilla" in memory and "marian" in memory else None
-        lines.append("| peak training memory | " + " | ".join(cells) + f" | {ratio:.2f}× |")
+        lines.append("| peak training memory | " + " | ".join(cells) + f" | {ratio:.2f}× |" + " n/a |" * len(exported))
     return "\n".join(lines)
 
 
@@ -481,11 +532,14 @@ def run_benchmark(
     memory: bool = True,
     log: Callable[[str], None] = print,
     compiled: bool = True,
+    ctranslate2: bool = True,
 ) -> dict:
     """Everything the README's table needs: speeds, ratios, the matmul peak, peak training memory, the machine."""
     peak = peak_matmul_flops(torch.device(device), dtype)
     log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
-    speed = run_speed(config, workloads, models, repeats, device, dtype, attn_implementation, log, compiled)
+    speed = run_speed(
+        config, workloads, models, repeats, device, dtype, attn_implementation, log, compiled, ctranslate2
+    )
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine_description(device),
@@ -509,6 +563,8 @@ def run_benchmark(
         "peak_flops_per_second": peak,
         "speed": speed,
         "ratios": ratios(speed),
+        # the CTranslate2 exports against this model's PyTorch decoding (issue 27: int8 greedy b32 >= 3x)
+        "ctranslate2_ratios": {name: ratios(speed, "vanilla", name) for name in CTRANSLATE2 if ctranslate2},
     }
     if memory:
         report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in models}

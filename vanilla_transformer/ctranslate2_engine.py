@@ -179,6 +179,29 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
     return spec
 
 
+def convert(
+    model: PreTrainedModel,
+    source_vocabulary: list[str],
+    target_vocabulary: list[str],
+    folder: str | Path,
+    quantization: str = "float32",
+    max_positions: int = MIN_POSITIONS,
+) -> None:
+    """Write `model` as a CTranslate2 model into `folder`, which it replaces whole, with ctranslate2's `Converter`
+    (validation, quantization to `quantization`, saving)."""
+    import_ctranslate2()
+    from ctranslate2.converters.converter import Converter
+
+    if quantization not in QUANTIZATIONS:
+        raise ExportError(f"quantization={quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}.")
+
+    class VanillaTransformerConverter(Converter):
+        def _load(self):
+            return model_spec(model, source_vocabulary, target_vocabulary, max_positions)
+
+    VanillaTransformerConverter().convert(str(folder), quantization=quantization, force=True)
+
+
 def export_ctranslate2(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -192,21 +215,12 @@ def export_ctranslate2(
     generation config and what it was exported from in `export_info.json`, and a README. `output_dir` is written
     beside its place and replaces it whole, as every output of ours (`outputs.staged_folder`)."""
     ctranslate2 = import_ctranslate2()
-    from ctranslate2.converters.converter import Converter
-
-    if quantization not in QUANTIZATIONS:
-        raise ExportError(f"quantization={quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}.")
     model, tokenizer = load_model_and_tokenizer(model_dir)
     config = model.config
     if max_positions is None:
         max_positions = max(config.max_position_embeddings, MIN_POSITIONS)
     source = vocabulary(tokenizer, config.vocab_size, "source")
     target = vocabulary(tokenizer, config.decoder_vocab_size, "target")
-
-    class VanillaTransformerConverter(Converter):
-        def _load(self):
-            return model_spec(model, source, target, max_positions)
-
     generation = model.generation_config
     info = {
         "exported_from": str(model_dir),
@@ -222,8 +236,8 @@ def export_ctranslate2(
         },
     }
     with staged_folder(output_dir, "ctranslate2", command, overwrite) as staging:
-        # the converter's `force` replaces the folder it is given: our own fresh staging folder, never `output_dir`
-        VanillaTransformerConverter().convert(str(staging), quantization=quantization, force=True)
+        # the converter replaces the folder it is given: our own fresh staging folder, never `output_dir`
+        convert(model, source, target, staging, quantization, max_positions)
         tokenizer.save_pretrained(staging / TOKENIZER_FOLDER)
         (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(info, Path(output_dir).name), encoding="utf-8")
@@ -330,6 +344,7 @@ def translate_with_ctranslate2(
 __all__ = [
     "QUANTIZATIONS",
     "ExportError",
+    "convert",
     "export_ctranslate2",
     "load_ctranslate2",
     "model_spec",

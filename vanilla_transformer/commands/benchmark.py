@@ -1,7 +1,8 @@
-"""Speed and memory beside MarianMTModel and torch.nn.Transformer.
+"""Speed and memory beside MarianMTModel and torch.nn.Transformer, and of this model exported to CTranslate2.
 
 Training and generation speed and peak training memory of this model, MarianMTModel (identical dimensions) and
-torch.nn.Transformer; `vanilla_transformer/benchmark.py` says what is counted.
+torch.nn.Transformer, and generation speed of this model's CTranslate2 export in float32 and int8;
+`vanilla_transformer/benchmark.py` says what is counted.
 
     vanilla-transformer benchmark                          # the paper's base model, 8k vocabulary, this CPU
     vanilla-transformer benchmark --device cuda --dtype bfloat16
@@ -46,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-compiled", action="store_true", help="skip decoding with a static cache and torch.compile"
     )
     parser.add_argument(
+        "--no-ctranslate2",
+        action="store_true",
+        help="skip decoding with the model exported to CTranslate2 (float32 and int8; needs the ctranslate2 extra)",
+    )
+    parser.add_argument(
         "--output", default="benchmark.json", type=output_file_in_existing_folder, help="where the JSON report goes"
     )
 
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> None:
         attn_implementation=args.attn_implementation,
         memory=not args.no_memory,
         compiled=not args.no_compiled,
+        ctranslate2=not args.no_ctranslate2 and "vanilla" in models,
     )
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(report))
