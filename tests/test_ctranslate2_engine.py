@@ -172,12 +172,12 @@ def test_what_cannot_be_exported_or_decoded_is_named(builtin_tokenizer, tmp_path
     (tmp_path / "not-ours" / "config.json").write_text(json.dumps({"model_type": "marian"}))
     with pytest.raises(ModelFolderError, match="model_type"):
         export_ctranslate2(tmp_path / "not-ours", tmp_path / "export")
-    with pytest.raises(ExportError, match="quantization='int4' is not one of CTranslate2's"):
-        export_ctranslate2(tmp_path / "no-tokenizer", tmp_path / "export", quantization="int4")
-    assert not (tmp_path / "export").exists()  # nothing half-written
-
     builtin_tokenizer.save_pretrained(tmp_path / "model")
     model.save_pretrained(tmp_path / "model")
+    with pytest.raises(ExportError, match="quantization='int4' is not one of CTranslate2's"):
+        export_ctranslate2(tmp_path / "model", tmp_path / "export", quantization="int4")
+    assert not (tmp_path / "export").exists()  # nothing half-written
+
     export_ctranslate2(tmp_path / "model", tmp_path / "export", max_positions=8)
     translator = load_translator(str(tmp_path / "export"), "ctranslate2", "cpu")
     with pytest.raises(ExportError, match="sentence 2 has .* tokens, more than the 8 positions .* --max-positions"):

@@ -14,7 +14,7 @@ What the spec cannot express is refused by name; what it expresses differently i
 - the source already ends in </s> (our tokenizer adds it), the decoder starts from `decoder_start_token_id`.
 
 Decoding (§6.1) with the export (`translate_with_ctranslate2`): the folder's beam size; the maximum length input
-+ 50 per sentence exactly (sentences are grouped by source length, one `max_decoding_length` per group); and the
++ 50 per sentence (CTranslate2 takes one limit per call: see the function for how each sentence gets its own); the
 GNMT length penalty ((5 + |Y|) / 6)^α applied by rescoring: CTranslate2's own `length_penalty` divides by |Y|^α, so
 the beam search runs without one, returns its `num_beams` finished hypotheses with their summed log-probabilities,
 and the best after dividing by the GNMT penalty is kept. Unlike our beam search, CTranslate2 stops a sentence
@@ -24,7 +24,6 @@ once `num_beams` hypotheses have finished, not when no running hypothesis can st
 """
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -296,48 +295,64 @@ def translate_with_ctranslate2(
     length_penalty: float | None = None,
 ) -> list[str]:
     """Translate `sentences` with an export's `translator`, one output string per input in input order, with the
-    decoding of §6.1 recorded in its `export_info.json` (`info`); `num_beams` and `length_penalty` override it. See
-    the module docstring for how the GNMT penalty and the per-sentence maximum length are applied. As `translate`:
-    an empty line translates to an empty string, text that spells a special token is tokenized as text."""
+    decoding of §6.1 recorded in its `export_info.json` (`info`); `num_beams` and `length_penalty` override it.
+
+    As `translate`: sentences are sorted by length and cut into batches of `batch_size`, an empty line translates
+    to an empty string, text that spells a special token is tokenized as text. Each batch decodes up to its
+    longest sentence's limit (input + 50); a greedy translation past its own sentence's limit is cut there (greedy
+    choices do not depend on the limit, so this is exact), a beam search translation past it is decoded again
+    alone with its own limit. The GNMT penalty is applied to the n-best list (see the module docstring)."""
     decoding = info["decoding"]
     num_beams = num_beams or decoding.get("num_beams") or 1
     alpha = decoding.get("length_penalty") if length_penalty is None else length_penalty
     rescore = decoding.get("length_penalty_form") == "gnmt" and num_beams > 1
     over_input = decoding.get("max_new_tokens_over_input")
     max_positions = info["max_positions"]
-    translations = [""] * len(sentences)
-    by_length = defaultdict(list)
+    options = {"beam_size": num_beams, "min_decoding_length": 0, "return_end_token": True, "max_input_length": 0}
+    if rescore:  # the best of the n-best under ((5 + |Y|) / 6)^α, |Y| counting </s> as ours does
+        options |= {"length_penalty": 0.0, "num_hypotheses": num_beams, "return_scores": True}
+    else:
+        options |= {"length_penalty": alpha}
+
+    def best(result) -> list[str]:
+        if not rescore:
+            return result.hypotheses[0]
+        penalized = [
+            score / gnmt_length_penalty(len(hypothesis), alpha)
+            for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
+        ]
+        return result.hypotheses[penalized.index(max(penalized))]
+
     todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
     encoded = tokenizer([sentences[index] for index in todo], split_special_tokens=True)["input_ids"]
     tokens = {index: tokenizer.convert_ids_to_tokens(ids) for index, ids in zip(todo, encoded, strict=True)}
+    limits = {}
     for index, sentence_tokens in tokens.items():
-        by_length[len(sentence_tokens)].append(index)
-    for length, indices in sorted(by_length.items()):
-        # the paper's limit, input + 50 (§6.1), within the positions the export holds
-        max_length = min(length + over_input, max_positions) if over_input is not None else max_positions
-        if length > max_positions:
+        if len(sentence_tokens) > max_positions:
             raise ExportError(
-                f"sentence {indices[0] + 1} has {length} tokens, more than the {max_positions} positions the "
-                f"CTranslate2 export holds: export it again with a larger --max-positions."
+                f"sentence {index + 1} has {len(sentence_tokens)} tokens, more than the {max_positions} positions "
+                f"the CTranslate2 export holds: export it again with a larger --max-positions."
             )
-        options = {"beam_size": num_beams, "max_batch_size": batch_size, "max_decoding_length": max_length}
-        if rescore:  # the best of the n-best under ((5 + |Y|) / 6)^α, |Y| counting </s> as ours does
-            options |= {"length_penalty": 0.0, "num_hypotheses": num_beams, "return_scores": True}
-        else:
-            options |= {"length_penalty": alpha}
-        results = translator.translate_batch(
-            [tokens[index] for index in indices], min_decoding_length=0, return_end_token=True, **options
-        )
-        for index, result in zip(indices, results, strict=True):
-            best = 0
-            if rescore:
-                penalized = [
-                    score / gnmt_length_penalty(len(hypothesis), alpha)
-                    for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
-                ]
-                best = penalized.index(max(penalized))
-            ids = tokenizer.convert_tokens_to_ids(result.hypotheses[best])
-            translations[index] = tokenizer.decode(ids, skip_special_tokens=True)
+        # the paper's limit, input + 50 (§6.1), within the positions the export holds
+        limits[index] = min(len(sentence_tokens) + over_input, max_positions) if over_input else max_positions
+    hypotheses = {}
+    order = sorted(todo, key=lambda index: -len(tokens[index]))
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        limit = max(limits[index] for index in batch)
+        results = translator.translate_batch([tokens[index] for index in batch], max_decoding_length=limit, **options)
+        for index, result in zip(batch, results, strict=True):
+            hypotheses[index] = best(result)
+    for index, hypothesis in hypotheses.items():
+        if len(hypothesis) > limits[index]:
+            if num_beams == 1:
+                hypotheses[index] = hypothesis[: limits[index]]
+            else:
+                (result,) = translator.translate_batch([tokens[index]], max_decoding_length=limits[index], **options)
+                hypotheses[index] = best(result)
+    translations = [""] * len(sentences)
+    for index, hypothesis in hypotheses.items():
+        translations[index] = tokenizer.decode(tokenizer.convert_tokens_to_ids(hypothesis), skip_special_tokens=True)
     return translations
 
 

@@ -186,7 +186,7 @@ def load_translator(source: str, engine: str = "pytorch", device: str | None = N
     if engine == "ctranslate2":
         from .ctranslate2_engine import load_ctranslate2, translate_with_ctranslate2
 
-        translator, tokenizer, info = load_ctranslate2(source, device)
+        translator, tokenizer, info = load_ctranslate2(source, device, threads=torch.get_num_threads())
 
         def run_ctranslate2(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
             return translate_with_ctranslate2(translator, tokenizer, sentences, info, batch_size, **decoding)
