@@ -20,7 +20,7 @@ the beam search runs without one, returns its `num_beams` finished hypotheses wi
 and the best after dividing by the GNMT penalty is kept. Unlike our beam search, CTranslate2 stops a sentence
 once `num_beams` hypotheses have finished, not when no running hypothesis can still win.
 
-`ctranslate2` is an optional dependency: `pip install "vanilla-transformer[ctranslate2]"`.
+`ctranslate2` is an optional dependency (the extra `ctranslate2`: `pip install ".[ctranslate2]"` in a checkout).
 """
 
 import json
@@ -39,7 +39,7 @@ from .outputs import staged_folder
 MIN_POSITIONS = 1024
 TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which a tokenizer loader would misread
 EXPORT_INFO = "export_info.json"
-INSTALL = 'pip install "vanilla-transformer[ctranslate2]"'
+INSTALL = 'pip install "ctranslate2>=4.5" (or, in a checkout, pip install ".[ctranslate2]")'
 
 
 class ExportError(ValueError):
