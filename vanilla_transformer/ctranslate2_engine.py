@@ -30,12 +30,13 @@ import torch
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from .commands.export_ctranslate2 import QUANTIZATIONS
 from .generation_vanilla_transformer import gnmt_length_penalty
 from .loading import ModelFolderError, load_model_and_tokenizer
 from .modeling_vanilla_transformer import sinusoidal_position_encoding
 from .outputs import staged_folder
 
+# the weight types CTranslate2 converts to (`ctranslate2.converters.Converter.convert`)
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
 MIN_POSITIONS = 1024
 TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which a tokenizer loader would misread
 EXPORT_INFO = "export_info.json"

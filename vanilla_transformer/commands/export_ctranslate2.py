@@ -11,11 +11,11 @@ import argparse
 
 from . import int_in_range, model_source, output_dir
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The model folder, the export folder, the weight type and the position limit."""
+    from ..ctranslate2_engine import QUANTIZATIONS
+
     parser.add_argument("model_dir", type=model_source, help="a saved model folder or Hub id (with its tokenizer)")
     parser.add_argument("output_dir", type=output_dir, help="the CTranslate2 folder to write")
     parser.add_argument(
