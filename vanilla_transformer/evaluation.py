@@ -178,6 +178,7 @@ def evaluate_model_on_split(
     output_hypotheses: str | Path | None = None,
     length_penalty: float | None = None,
     engine: str = "pytorch",
+    dtype: str | None = None,
 ) -> dict:
     """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
@@ -187,7 +188,8 @@ def evaluate_model_on_split(
 
     `output_hypotheses` is refused before the model is loaded when it is, holds or lies inside an input (the data
     folder, a source or reference file, the model folder), and is replaced only once every translation is written
-    (`outputs.staged_file`). `engine="ctranslate2"` decodes with a CTranslate2 export (`translation.load_translator`).
+    (`outputs.staged_file`). `engine="ctranslate2"` decodes with a CTranslate2 export, `dtype` loads the weights in
+    another type (`translation.load_translator`).
     """
     # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
     from .outputs import check_output_file, staged_file
@@ -212,7 +214,7 @@ def evaluate_model_on_split(
     has_tokenized_references = tokenized_references_path.is_file()
     tokenized_references = read_lines(tokenized_references_path) if has_tokenized_references else None
 
-    translator = load_translator(model_name_or_path, engine)
+    translator = load_translator(model_name_or_path, engine, dtype=dtype)
     if length_penalty is None:
         length_penalty = translator.length_penalty
     hypotheses = translator.translate(
@@ -228,6 +230,7 @@ def evaluate_model_on_split(
     return {
         "model": model_name_or_path,
         "engine": engine,
+        "dtype": dtype or "as saved",
         "split": split,
         "source_lang": source_lang,
         "target_lang": target_lang,

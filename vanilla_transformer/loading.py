@@ -409,9 +409,10 @@ def check_loaded_weights(model: PreTrainedModel, loading_info: dict, source: str
 
 
 def load_model_and_tokenizer(
-    name_or_path: str | Path, device: str | None = None
+    name_or_path: str | Path, device: str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model (in eval mode, on `device` if given) and tokenizer of a saved folder or Hub id.
+    """The model (in eval mode, on `device` if given, its weights in `dtype` if given, else as saved) and tokenizer
+    of a saved folder or Hub id.
 
     A local folder is checked before transformers reads it (`check_model_folder`: config, safetensors files,
     checksums, tensor names, shapes and values; `check_tokenizer_files`); a Hub id after loading
@@ -427,7 +428,7 @@ def load_model_and_tokenizer(
     try:
         tokenizer = load_tokenizer(name_or_path)
         model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(
-            text, use_safetensors=True, output_loading_info=True
+            text, use_safetensors=True, output_loading_info=True, dtype=dtype
         )
     except OSError as error:
         if local:

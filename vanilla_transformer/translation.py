@@ -163,6 +163,7 @@ __all__ = ["translate"]
 
 
 ENGINES = ("pytorch", "ctranslate2")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 class Translator(NamedTuple):
@@ -175,16 +176,28 @@ class Translator(NamedTuple):
     device: str
 
 
-def load_translator(source: str, engine: str = "pytorch", device: str | None = None) -> Translator:
+def load_translator(
+    source: str, engine: str = "pytorch", device: str | None = None, dtype: str | None = None
+) -> Translator:
     """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id loaded and checked by
-    `load_model_and_tokenizer` and decoded by `translate`; or "ctranslate2", a folder written by
-    `vanilla-transformer export-ctranslate2` and decoded by CTranslate2 (`ctranslate2_engine`). `device` defaults
-    to cuda where there is one."""
+    `load_model_and_tokenizer` and decoded by `translate`, its weights in `dtype` ("float32", "bfloat16" or
+    "float16"; default: as saved) — bf16 runs the matmuls on the matrix units of recent CPUs (AMX) and GPUs, while
+    beam scores stay float32; or "ctranslate2", a folder written by `vanilla-transformer export-ctranslate2` and
+    decoded by CTranslate2 (`ctranslate2_engine`), whose weight type is chosen when exporting. `device` defaults to
+    cuda where there is one."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)}.")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if engine == "ctranslate2":
-        from .ctranslate2_engine import load_ctranslate2, translate_with_ctranslate2
+        from .ctranslate2_engine import ExportError, load_ctranslate2, translate_with_ctranslate2
+
+        if dtype is not None:
+            raise ExportError(
+                f"--dtype {dtype} does not apply to a CTranslate2 export: its weight type is chosen when exporting "
+                f"(export-ctranslate2 --quantization)."
+            )
 
         translator, tokenizer, info = load_ctranslate2(source, device, threads=torch.get_num_threads())
 
@@ -196,7 +209,7 @@ def load_translator(source: str, engine: str = "pytorch", device: str | None = N
     from .loading import load_model_and_tokenizer
 
     # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
-    model, tokenizer = load_model_and_tokenizer(source, device=device)
+    model, tokenizer = load_model_and_tokenizer(source, device, getattr(torch, dtype) if dtype else None)
 
     def run_pytorch(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
         decoding = {name: value for name, value in decoding.items() if value is not None}

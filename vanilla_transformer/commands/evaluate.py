@@ -9,7 +9,7 @@ Scoring a file of translations:
 or translating a split with a saved model first:
     vanilla-transformer evaluate --model FOLDER_OR_HUB_ID --split test2016 [--data-dir DIR]
         [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]
-        [--engine pytorch|ctranslate2]
+        [--dtype bfloat16] [--engine pytorch|ctranslate2]
 """
 
 import argparse
@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output-hypotheses", type=output_file, help="with --model: write the translations to this file"
     )
     parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="with --model: the weights' type for the pytorch engine (default: as saved); bfloat16 uses AMX units",
+    )
+    parser.add_argument(
         "--engine",
         default="pytorch",
         choices=["pytorch", "ctranslate2"],
@@ -75,5 +80,6 @@ def run(args: argparse.Namespace) -> None:
             num_beams=args.num_beams,
             output_hypotheses=args.output_hypotheses,
             engine=args.engine,
+            dtype=args.dtype,
         )
     print(json.dumps(scores, indent=2, ensure_ascii=False))

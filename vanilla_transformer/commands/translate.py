@@ -3,7 +3,7 @@
 One sentence per line; the decoding is the model's generation config (the paper's) unless told otherwise.
 
     vanilla-transformer translate --model DIR_OR_HUB_ID [--input FILE] [--output FILE] [--batch-size 64]
-        [--num-beams N] [--device cpu|cuda] [--engine pytorch|ctranslate2]
+        [--num-beams N] [--device cpu|cuda] [--dtype bfloat16] [--engine pytorch|ctranslate2]
 
 `--engine ctranslate2` decodes with a CTranslate2 export of the model (`vanilla-transformer export-ctranslate2`):
 the same tokenizer, beam size, maximum length and GNMT length penalty (applied to its n-best list).
@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
     )
     parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="the weights' type for the pytorch engine (default: as saved); bfloat16 uses the CPU's AMX units",
+    )
+    parser.add_argument(
         "--engine",
         default="pytorch",
         choices=["pytorch", "ctranslate2"],
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
         source = ("--input", args.input) if args.input != "-" else ("stdin", _stdin_file())
         model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
         check_output_file(args.output, [source, ("--model", model_folder)])
-    translator = load_translator(args.model, args.engine, args.device)
+    translator = load_translator(args.model, args.engine, args.device, args.dtype)
 
     lines = read_stream_lines(sys.stdin.buffer, "<stdin>") if args.input == "-" else read_lines(args.input)
     start = time.perf_counter()
