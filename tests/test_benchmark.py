@@ -69,22 +69,29 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(report_path.read_text())
+    assert report["dtypes"] == ["float32", "bfloat16"]  # both precisions in one run, each with its own peak
+    assert set(report["peak_flops_per_second"]) == {"float32", "bfloat16"}
+    assert all(peak > 1e8 for peak in report["peak_flops_per_second"].values())
     assert set(report["speed"]) == {"train", "greedy_b1", "greedy_b32", "beam4_b8"}
     for job, by_model in report["speed"].items():
-        expected = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
-        expected |= {benchmark.COMPILED, *benchmark.CTRANSLATE2} if job != "train" else set()
-        assert set(by_model) == expected
-        for result in by_model.values():
+        eager = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
+        expected = eager | {"vanilla_compiled", "marian_compiled"}
+        expected |= {f"{name}_bf16" for name in expected}
+        expected |= set(benchmark.CTRANSLATE2) if job != "train" else set()  # measured with the fp32 pass
+        assert set(by_model) == expected, job
+        for name, result in by_model.items():
             assert len(result["seconds"]) == 2 and result["tokens_per_second"] > 0
-        ratio = by_model["vanilla"]["tokens_per_second"] / by_model["marian"]["tokens_per_second"]
-        assert abs(report["ratios"][job] - ratio) < 1e-9
-        if job != "train":
-            exported = by_model["ctranslate2_int8"]["tokens_per_second"] / by_model["vanilla"]["tokens_per_second"]
-            assert abs(report["ctranslate2_ratios"]["ctranslate2_int8"][job] - exported) < 1e-9
+            assert result["dtype"] == ("bfloat16" if name.endswith("_bf16") else "float32")
+            peak = report["peak_flops_per_second"][result["dtype"]]
+            assert abs(result["share_of_peak"] - result["flops_per_second"] / peak) < 1e-12
+            assert result["first_call_seconds"] > 0  # compiling, for the compiled rows
+        for subject, reference in (("vanilla", "marian"), ("vanilla_bf16", "vanilla"), ("ctranslate2_int8", "vanilla")):
+            if subject in by_model:
+                ratio = by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
+                assert abs(report["ratios"][f"{subject} / {reference}"][job] - ratio) < 1e-9
     assert all(report["memory"][name] > 0 for name in benchmark.MODELS)
-    assert report["peak_flops_per_second"] > 1e8
-    assert "| greedy_b32 |" in done.stdout and "| peak training memory |" in done.stdout
-    assert f"{benchmark.COMPILED} tok/s" in done.stdout and "| ctranslate2_int8 / vanilla |" in done.stdout
+    assert "| greedy_b32 |" in done.stdout and "| peak training memory (fp32) |" in done.stdout
+    assert "vanilla_compiled_bf16 tok/s" in done.stdout and "| vanilla_bf16 / vanilla |" in done.stdout
 
 
 def test_flop_counts_follow_the_dimensions():

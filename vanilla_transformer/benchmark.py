@@ -35,7 +35,7 @@ from .modeling_vanilla_transformer import VanillaTransformerForConditionalGenera
 
 PAD, BOS, EOS = 0, 1, 2
 MODELS = ("vanilla", "marian", "torch")
-COMPILED = "vanilla_compiled"  # generation only: static cache, decoding step compiled
+COMPILED = "vanilla_compiled"  # torch.compile: training step; generation with a static cache, decoding step compiled
 # generation only: the vanilla model exported to CTranslate2 (`ctranslate2_engine`), weights in float32 or int8
 CTRANSLATE2 = {"ctranslate2_float32": "float32", "ctranslate2_int8": "int8"}
 
@@ -352,9 +352,12 @@ def run_speed(
             for name, model in generators.items()
             if num_beams == 1 or name != "torch"
         }
-        if compiled and "vanilla" in generators:
-            vanilla = generators["vanilla"]
-            fns[COMPILED] = generate_fn("vanilla", vanilla, inputs, workloads.new_tokens, num_beams, compiled=True)
+        if compiled:
+            for name in ("vanilla", "marian"):
+                if name in generators:
+                    fns[f"{name}_compiled"] = generate_fn(
+                        name, generators[name], inputs, workloads.new_tokens, num_beams, compiled=True
+                    )
         for name, translate_fn in exported.items():
             fns[name] = translate_fn(inputs, workloads.new_tokens, num_beams)
         return fns
@@ -373,11 +376,13 @@ def run_speed(
     train_tokens = int((train_batch["attention_mask"].sum() + (train_batch["labels"] != -100).sum()).item())
 
     jobs: dict[str, tuple[int, float, dict[str, Callable[[], None]]]] = {}
-    jobs["train"] = (
-        train_tokens,
-        training_flops(config, train_batch),
-        {name: train_step_fn(name, model, train_batch, dtype) for name, model in built.items()},
-    )
+    train_fns = {name: train_step_fn(name, model, train_batch, dtype) for name, model in built.items()}
+    if compiled:  # the same models, a second copy each, trained through `torch.compile` (default settings)
+        for name in ("vanilla", "marian"):
+            if name in built:
+                model = build_benchmark_model(name, config, attn_implementation).to(device)
+                train_fns[f"{name}_compiled"] = train_step_fn(name, torch.compile(model), train_batch, dtype)
+    jobs["train"] = (train_tokens, training_flops(config, train_batch), train_fns)
     for batch_size in workloads.greedy_batch_sizes:
         inputs = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=batch_size)
         inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
@@ -395,8 +400,9 @@ def run_speed(
     results: dict[str, dict] = {}
     for job, (tokens, flops, fns) in jobs.items():
         names = list(fns)
-        for fn in fns.values():  # warm up every model before any timing
-            fn()
+        first_call: dict[str, float] = {}
+        for name, fn in fns.items():  # warm up every model before any timing; a compiled one compiles here
+            first_call[name] = measure(fn, device, warmup=0)
         seconds: dict[str, list[float]] = {name: [] for name in names}
         for repeat in range(repeats):
             order = names[repeat % len(names) :] + names[: repeat % len(names)]
@@ -408,6 +414,7 @@ def run_speed(
                 "tokens_per_second": tokens / statistics.median(times),
                 "flops_per_second": flops / statistics.median(times),
                 "seconds": times,
+                "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
             }
             for name, times in seconds.items()
         }
@@ -493,31 +500,48 @@ def ratios(results: dict, reference: str = "marian", subject: str = "vanilla") -
     }
 
 
+DTYPE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
+
+
+def ratio_columns(speed: dict) -> list[tuple[str, str]]:
+    """The (subject, reference) pairs the table divides, where both rows exist: ours against Marian in each
+    precision, each precision of ours (eager and compiled) against our fp32 eager, and the CTranslate2 exports
+    against our PyTorch decoding."""
+    rows = {name for by_model in speed.values() for name in by_model}
+    pairs = [(f"vanilla{suffix}", f"marian{suffix}") for suffix in DTYPE_SUFFIX.values()]
+    pairs += [
+        (f"vanilla{variant}{suffix}", "vanilla") for suffix in ("_bf16", "_fp16") for variant in ("", "_compiled")
+    ]
+    pairs += [(name, "vanilla") for name in CTRANSLATE2]
+    return [(subject, reference) for subject, reference in pairs if subject in rows and reference in rows]
+
+
 def format_table(report: dict) -> str:
-    """A Markdown table: tokens/s per model and workload, the share of the matmul peak, and vanilla / Marian."""
-    speed, peak = report["speed"], report["peak_flops_per_second"]
-    models = [m for m in (*MODELS, COMPILED, *CTRANSLATE2) if any(m in by_model for by_model in speed.values())]
-    exported = {name: by_job for name, by_job in report.get("ctranslate2_ratios", {}).items() if by_job}
-    header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " | vanilla / marian |"
-    header += "".join(f" {name} / vanilla |" for name in exported)
-    lines = [header, "|" + "---|" * (len(models) + 2 + len(exported))]
+    """A Markdown table: tokens/s per model and workload with its share of the matmul peak of its precision, and the
+    ratios of `ratio_columns`."""
+    speed = report["speed"]
+    models = list(dict.fromkeys(name for by_model in speed.values() for name in by_model))
+    columns = ratio_columns(speed)
+    header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " |"
+    header += "".join(f" {subject} / {reference} |" for subject, reference in columns)
+    lines = [header, "|" + "---|" * (len(models) + 1 + len(columns))]
     for job, by_model in speed.items():
-        cells = []
-        for m in models:
-            if m in by_model:
-                share = by_model[m]["flops_per_second"] / peak
-                cells.append(f"{by_model[m]['tokens_per_second']:,.0f} ({share:.1%})")
+        cells = [
+            f"{by_model[m]['tokens_per_second']:,.0f} ({by_model[m]['share_of_peak']:.1%})" if m in by_model else "n/a"
+            for m in models
+        ]
+        row = f"| {job} | " + " | ".join(cells) + " |"
+        for subject, reference in columns:
+            if subject in by_model and reference in by_model:
+                ratio = by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
+                row += f" {ratio:.2f}× |"
             else:
-                cells.append("n/a")
-        ratio = report["ratios"].get(job)
-        row = f"| {job} | " + " | ".join(cells) + (f" | {ratio:.2f}× |" if ratio else " | n/a |")
-        row += "".join(f" {by_job[job]:.2f}× |" if job in by_job else " n/a |" for by_job in exported.values())
+                row += " n/a |"
         lines.append(row)
     if report.get("memory"):
         memory = report["memory"]
         cells = [f"{memory[m] / 2**20:,.0f} MiB" if m in memory else "n/a" for m in models]
-        ratio = memory["vanilla"] / memory["marian"] if "vanilla" in memory and "marian" in memory else None
-        lines.append("| peak training memory | " + " | ".join(cells) + f" | {ratio:.2f}× |" + " n/a |" * len(exported))
+        lines.append("| peak training memory (fp32) | " + " | ".join(cells) + " |" + " n/a |" * len(columns))
     return "\n".join(lines)
 
 
@@ -527,25 +551,45 @@ def run_benchmark(
     models: tuple[str, ...] = MODELS,
     repeats: int = 5,
     device: str = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,),
     attn_implementation: str = "sdpa",
     memory: bool = True,
     log: Callable[[str], None] = print,
     compiled: bool = True,
     ctranslate2: bool = True,
 ) -> dict:
-    """Everything the README's table needs: speeds, ratios, the matmul peak, peak training memory, the machine."""
-    peak = peak_matmul_flops(torch.device(device), dtype)
-    log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
-    speed = run_speed(
-        config, workloads, models, repeats, device, dtype, attn_implementation, log, compiled, ctranslate2
-    )
+    """Everything the README's table needs: speeds in each of `dtypes` (bf16 and fp16 rows are named with a
+    suffix, `_bf16`: autocast for training, weights in that type for generation), the matmul peak of each, ratios,
+    peak training memory, the machine. CTranslate2 rows are measured with the float32 pass."""
+    device_type = torch.device(device)
+    peaks = {dtype: peak_matmul_flops(device_type, dtype) for dtype in dtypes}
+    for dtype, peak in peaks.items():
+        log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
+    speed: dict[str, dict] = {}
+    for dtype in dtypes:
+        part = run_speed(
+            config,
+            workloads,
+            models,
+            repeats,
+            device,
+            dtype,
+            attn_implementation,
+            log,
+            compiled,
+            ctranslate2 and dtype == torch.float32,
+        )
+        for job, by_model in part.items():
+            for name, result in by_model.items():
+                result["dtype"] = str(dtype).removeprefix("torch.")
+                result["share_of_peak"] = result["flops_per_second"] / peaks[dtype]
+                speed.setdefault(job, {})[f"{name}{DTYPE_SUFFIX[dtype]}"] = result
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine_description(device),
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtypes": [str(dtype).removeprefix("torch.") for dtype in dtypes],
         "attn_implementation": attn_implementation,
         "config": {
             k: getattr(config, k)
@@ -560,11 +604,12 @@ def run_benchmark(
         },
         "workloads": workloads.__dict__,
         "repeats": repeats,
-        "peak_flops_per_second": peak,
+        "peak_flops_per_second": {str(dtype).removeprefix("torch."): peak for dtype, peak in peaks.items()},
         "speed": speed,
-        "ratios": ratios(speed),
-        # the CTranslate2 exports against this model's PyTorch decoding (issue 27: int8 greedy b32 >= 3x)
-        "ctranslate2_ratios": {name: ratios(speed, "vanilla", name) for name in CTRANSLATE2 if ctranslate2},
+        # subject / reference per workload: ours / Marian in each precision, bf16 / fp32, CTranslate2 / ours
+        "ratios": {
+            f"{subject} / {reference}": ratios(speed, reference, subject) for subject, reference in ratio_columns(speed)
+        },
     }
     if memory:
         report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in models}

@@ -5,7 +5,7 @@ torch.nn.Transformer, and generation speed of this model's CTranslate2 export in
 `vanilla_transformer/benchmark.py` says what is counted.
 
     vanilla-transformer benchmark                          # the paper's base model, 8k vocabulary, this CPU
-    vanilla-transformer benchmark --device cuda --dtype bfloat16
+    vanilla-transformer benchmark --device cuda --dtypes bfloat16
 """
 
 import argparse
@@ -38,7 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=5, help="timed runs per workload and model (median)")
     parser.add_argument("--threads", type=optional_count, default=None, help="CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", type=device, help="cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument(
+        "--dtypes",
+        default="float32,bfloat16",
+        type=comma_separated_choices(("float32", "bfloat16", "float16")),
+        help="comma-separated precisions, each a pass over every workload (bf16: autocast training, bf16 weights "
+        "for generation); default float32,bfloat16",
+    )
     parser.add_argument("--attn-implementation", default="sdpa", choices=["eager", "sdpa", "flash_attention_2"])
     parser.add_argument("--train-batch-size", type=positive_int, default=Workloads.train_batch_size)
     parser.add_argument("--new-tokens", type=positive_int, default=Workloads.new_tokens)
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace) -> None:
         models=models,
         repeats=args.repeats,
         device=args.device,
-        dtype=getattr(torch, args.dtype),
+        dtypes=tuple(getattr(torch, name.strip()) for name in args.dtypes.split(",")),
         attn_implementation=args.attn_implementation,
         memory=not args.no_memory,
         compiled=not args.no_compiled,
