@@ -20,7 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--preset`, one flag per preset field, the options both training commands share, and those of the run."""
     add_training_arguments(parser)
     precision = parser.add_mutually_exclusive_group()
-    precision.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (Ampere GPUs and newer)")
+    precision.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 mixed precision (autocast, fp32 weights and optimizer): GPUs from Ampere on, CPUs with AMX",
+    )
     precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
     parser.add_argument(
