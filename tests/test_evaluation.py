@@ -277,3 +277,45 @@ def test_script_scores_a_hypotheses_file(multi30k, tmp_path):
     files["hyp"].write_text("".join(f"{line}\n" for line in hypotheses[:39]), encoding="utf-8")
     with pytest.raises(ValueError, match="39 hypotheses but 40 references"):
         score_files(files["hyp"], files["ref"], files["tok"])
+
+
+# near-misses in languages written without spaces (the sentences of issue 29, and Japanese and Korean ones): to
+# sacreBLEU's default 13a tokenizer each sentence is one token, so BLEU is 0 however close the translation
+NEAR_MISSES = {
+    "zh": (
+        ["我今天在公园看到了一只大狗。", "他们明天上午去北京开会。"],
+        ["我今天在公园里看到了一只很大的狗。", "他们明天早上要去北京开会。"],
+        "tok:zh",
+    ),
+    "ja": (["私は昨日公園で大きな犬を見ました。"], ["私は昨日、公園でとても大きな犬を見ました。"], "tok:ja-mecab"),
+    "ko": (["나는 어제 공원에서 큰 개를 보았다."], ["나는 어제 공원에서 아주 큰 개를 봤다."], "tok:ko-mecab"),
+}
+
+
+@pytest.mark.parametrize("lang", NEAR_MISSES)
+def test_scores_use_the_tokenizer_of_the_target_language(lang):
+    hypotheses, references, tokenizer = NEAR_MISSES[lang]
+    scores = score_translations(hypotheses, references, lang=lang)
+    assert tokenizer in scores["bleu"]["signature"]
+    assert scores["bleu"]["score"] > 40 and scores["chrf"]["score"] > 40
+    forced = score_translations(hypotheses, references, lang=lang, bleu_tokenize="13a")
+    assert "tok:13a" in forced["bleu"]["signature"] and forced["bleu"]["score"] < scores["bleu"]["score"]
+    if lang != "ko":  # Korean writes spaces between words: 13a is poor there, not blind
+        assert forced["bleu"]["score"] == 0.0
+    # German keeps the 13a tokenizer of every score this project has published
+    assert "tok:13a" in score_translations(["Ein Hund."], ["Ein Hund."], lang="de")["bleu"]["signature"]
+
+
+def test_the_trainers_metric_and_the_files_score_chinese_with_the_zh_tokenizer(builtin_tokenizer, tmp_path):
+    hypotheses, references, _ = NEAR_MISSES["zh"]
+    encode = lambda texts: builtin_tokenizer(texts, padding=True, return_tensors="np")["input_ids"]  # noqa: E731
+    prediction = EvalPrediction(predictions=encode(hypotheses), label_ids=encode(references))
+    assert compute_metrics_for_trainer(builtin_tokenizer, "zh")(prediction)["bleu"] > 40
+    assert compute_metrics_for_trainer(builtin_tokenizer, "de")(prediction)["bleu"] == 0.0
+
+    (tmp_path / "hyp.zh").write_text("\n".join(hypotheses) + "\n")
+    (tmp_path / "ref.zh").write_text("\n".join(references) + "\n")
+    zh = score_files(tmp_path / "hyp.zh", tmp_path / "ref.zh", lang="zh")
+    assert "tok:zh" in zh["bleu"]["signature"]
+    with pytest.raises(ValueError, match="bleu_tokenize='words' is not a sacreBLEU tokenizer; use one of"):
+        score_files(tmp_path / "hyp.zh", tmp_path / "ref.zh", lang="zh", bleu_tokenize="words")

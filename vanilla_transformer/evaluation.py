@@ -1,8 +1,9 @@
 """Scoring translations the two ways the project reports them (the README's Results).
 
 1. **sacreBLEU and chrF** (Post 2018; Popović 2015) of detokenized, cased output against the raw references, with
-   sacreBLEU's own 13a tokenization. Comparable across papers that print the same signature, so the signature is
-   always returned next to the score.
+   the tokenizer sacreBLEU's command line picks for the target language (`zh` for Chinese, `ja-mecab` for Japanese,
+   `ko-mecab` for Korean, `13a` otherwise; `bleu_tokenize` overrides it). Comparable across papers that print the
+   same signature, so the signature, which names the tokenizer, is always returned next to the score.
 2. **Tokenized BLEU** against the official lowercased, Moses-tokenized Multi30k references (`tok/` in
    multi30k/dataset, made by its `scripts/task1-tokenize.sh`): the hypotheses get the same preprocessing
    (`moses_tokenize`) and are scored on whitespace tokens without smoothing, which is what `multi-bleu.perl`
@@ -71,21 +72,43 @@ def _check_line_counts(hypotheses: list[str], **references: list[str] | None) ->
             )
 
 
+def sacrebleu_options(lang: str, bleu_tokenize: str | None = None) -> dict:
+    """The sacreBLEU options that score text in `lang`: its target language, from which sacreBLEU picks the tokenizer
+    its command line picks (to `13a` a sentence of Chinese, Japanese or Korean is one token, and BLEU 0), unless
+    `bleu_tokenize` names one. An unknown tokenizer, or one whose package is missing, is refused by name."""
+    from sacrebleu.metrics import BLEU
+
+    try:
+        BLEU(trg_lang=lang, tokenize=bleu_tokenize)  # builds the tokenizer it picks
+    except KeyError:
+        raise ValueError(
+            f"bleu_tokenize={bleu_tokenize!r} is not a sacreBLEU tokenizer; use one of {', '.join(BLEU.TOKENIZERS)}."
+        ) from None
+    except RuntimeError as error:  # ja-mecab and ko-mecab without their MeCab package
+        raise ValueError(
+            f'scoring {lang!r} text: {error} (pip install "sacrebleu[{lang}]"), or pick another tokenizer with '
+            f"--bleu-tokenize (e.g. char)."
+        ) from None
+    return {"trg_lang": lang, "tokenize": bleu_tokenize}
+
+
 def score_translations(
     hypotheses: list[str],
     references: list[str],
     tokenized_references: list[str] | None = None,
     lang: str = "de",
     lowercase: bool = False,
+    bleu_tokenize: str | None = None,
 ) -> dict:
-    """Score detokenized `hypotheses` against one reference each; `lowercase=True` makes sacreBLEU and chrF
-    case-insensitive (`case:lc` in the signature), for a model that writes lowercase (`tokenization.lowercases`).
+    """Score detokenized `hypotheses` in language `lang` against one reference each; `lowercase=True` makes sacreBLEU
+    and chrF case-insensitive (`case:lc` in the signature), for a model that writes lowercase
+    (`tokenization.lowercases`); `bleu_tokenize` overrides the tokenizer sacreBLEU picks for `lang`.
 
     Returns `{"num_sentences", "bleu", "chrf"}` and, when `tokenized_references` are given, `"tokenized_bleu"`:
 
-    - `bleu`: sacreBLEU with its defaults (13a tokenization, cased, exp smoothing) on the raw `references`, as the
-      Hub's `evaluate-metric/sacrebleu` returns it (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`,
-      `ref_len`) plus `signature`;
+    - `bleu`: sacreBLEU with its defaults (cased, exp smoothing; the tokenizer of `sacrebleu_options`) on the raw
+      `references`, as the Hub's `evaluate-metric/sacrebleu` returns it (`score`, `counts`, `totals`, `precisions`,
+      `bp`, `sys_len`, `ref_len`) plus `signature`;
     - `chrf`: sacreBLEU's chrF (character 6-grams, β=2) on the raw references, as `evaluate-metric/chrf` returns it
       plus `signature`;
     - `tokenized_bleu`: multi-bleu.perl-style BLEU, the metric of the Multi30k literature: the hypotheses go through
@@ -97,7 +120,9 @@ def score_translations(
     bleu, chrf = load_metric("sacrebleu"), load_metric("chrf")
     scores = {
         "num_sentences": len(hypotheses),
-        "bleu": bleu.compute(predictions=hypotheses, references=references, lowercase=lowercase),
+        "bleu": bleu.compute(
+            predictions=hypotheses, references=references, lowercase=lowercase, **sacrebleu_options(lang, bleu_tokenize)
+        ),
         "chrf": chrf.compute(predictions=hypotheses, references=references, lowercase=lowercase),
     }
     if tokenized_references is not None:
@@ -118,10 +143,13 @@ def score_translations(
     return scores
 
 
-def compute_metrics_for_trainer(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalPrediction], dict[str, float]]:
-    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU and chrF of the generated
-    translations against the decoded labels, and the mean generated length in tokens (`gen_len`, counting every
-    non-pad token, as transformers' `examples/pytorch/translation/run_translation.py` does).
+def compute_metrics_for_trainer(
+    tokenizer: PreTrainedTokenizerBase, target_lang: str = "de", bleu_tokenize: str | None = None
+) -> Callable[[EvalPrediction], dict[str, float]]:
+    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU (with the tokenizer for
+    `target_lang`, `sacrebleu_options`) and chrF of the generated translations against the decoded labels, and the
+    mean generated length in tokens (`gen_len`, counting every non-pad token, as transformers'
+    `examples/pytorch/translation/run_translation.py` does).
 
     Scores come from the local `evaluate` modules (`load_metric`), loaded once here rather than at every evaluation.
     """
@@ -129,6 +157,7 @@ def compute_metrics_for_trainer(tokenizer: PreTrainedTokenizerBase) -> Callable[
         raise ValueError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
     bleu_metric = load_metric("sacrebleu")
     chrf_metric = load_metric("chrf")
+    bleu_options = sacrebleu_options(target_lang, bleu_tokenize)
     pad_token_id = tokenizer.pad_token_id
 
     def compute_metrics(eval_prediction: EvalPrediction) -> dict[str, float]:
@@ -141,7 +170,7 @@ def compute_metrics_for_trainer(tokenizer: PreTrainedTokenizerBase) -> Callable[
         hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [[text.strip()] for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         return {
-            "bleu": bleu_metric.compute(predictions=hypotheses, references=references)["score"],
+            "bleu": bleu_metric.compute(predictions=hypotheses, references=references, **bleu_options)["score"],
             "chrf": chrf_metric.compute(predictions=hypotheses, references=references)["score"],
             "gen_len": float(np.mean(np.count_nonzero(predictions != pad_token_id, axis=1))),
         }
@@ -155,11 +184,14 @@ def score_files(
     tokenized_references_path: str | Path | None = None,
     lang: str = "de",
     lowercase: bool = False,
+    bleu_tokenize: str | None = None,
 ) -> dict:
     """`score_translations` of one-sentence-per-line files, with the paths in the result."""
     tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
     hypotheses, references = read_lines(hypotheses_path), read_lines(references_path)
-    scores = score_translations(hypotheses, references, tokenized_references, lang, lowercase=lowercase)
+    scores = score_translations(
+        hypotheses, references, tokenized_references, lang, lowercase=lowercase, bleu_tokenize=bleu_tokenize
+    )
     return {
         "hypotheses": str(hypotheses_path),
         "references": str(references_path),
@@ -179,6 +211,7 @@ def evaluate_model_on_split(
     length_penalty: float | None = None,
     engine: str = "pytorch",
     dtype: str | None = None,
+    bleu_tokenize: str | None = None,
 ) -> dict:
     """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
@@ -225,7 +258,12 @@ def evaluate_model_on_split(
             write_lines(staging, hypotheses)
 
     scores = score_translations(
-        hypotheses, references, tokenized_references, lang=target_lang, lowercase=lowercases(translator.tokenizer)
+        hypotheses,
+        references,
+        tokenized_references,
+        lang=target_lang,
+        lowercase=lowercases(translator.tokenizer),
+        bleu_tokenize=bleu_tokenize,
     )
     return {
         "model": model_name_or_path,

@@ -299,7 +299,7 @@ def train_no_trainer(
 
     def validate() -> None:
         hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)
-        scores = score_translations(hypotheses, references)
+        scores = score_translations(hypotheses, references, lang=target_lang)
         run.evaluations.append(
             {"step": updates, "bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"], "n": len(hypotheses)}
         )

@@ -226,7 +226,7 @@ def train(
         eval_dataset=valid_set,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
-        compute_metrics=compute_metrics_for_trainer(tokenizer),
+        compute_metrics=compute_metrics_for_trainer(tokenizer, target_lang),
         compute_loss_func=label_smoothed_loss(preset.label_smoothing),
         max_tokens=None if per_device_batch_size else preset.max_tokens,
         warmup_steps=preset.warmup_steps,

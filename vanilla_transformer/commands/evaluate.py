@@ -1,6 +1,7 @@
 """Score translations, or a model's translations of a split: sacreBLEU, chrF, tokenized BLEU as JSON.
 
-sacreBLEU and chrF are computed on the raw references and, where the official lowercased Moses-tokenized reference
+sacreBLEU (with the tokenizer sacreBLEU picks for the target language: zh, ja-mecab, ko-mecab, else 13a) and chrF
+are computed on the raw references and, where the official lowercased Moses-tokenized reference
 exists, BLEU on it as the Multi30k literature reports it. The scores and their signatures are printed as JSON.
 
 Scoring a file of translations:
@@ -31,7 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenized-references", type=existing_file, help="with --hypotheses: lowercased Moses-tokenized references"
     )
-    parser.add_argument("--lang", default="de", help="with --hypotheses: language of the translations (Moses rules)")
+    parser.add_argument(
+        "--lang",
+        default="de",
+        help="with --hypotheses: language of the translations (sacreBLEU's tokenizer for it, Moses rules)",
+    )
+    parser.add_argument(
+        "--bleu-tokenize",
+        default=None,
+        choices=["13a", "intl", "char", "none", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200", "spm"],
+        help="sacreBLEU's tokenizer; default: the one sacreBLEU picks for the target language (zh, ja-mecab, "
+        "ko-mecab, else 13a)",
+    )
     parser.add_argument(
         "--lowercase", action="store_true", help="with --hypotheses: case-insensitive sacreBLEU and chrF"
     )
@@ -67,7 +79,12 @@ def run(args: argparse.Namespace) -> None:
 
     if args.hypotheses is not None:
         scores = score_files(
-            args.hypotheses, args.references, args.tokenized_references, args.lang, lowercase=args.lowercase
+            args.hypotheses,
+            args.references,
+            args.tokenized_references,
+            args.lang,
+            lowercase=args.lowercase,
+            bleu_tokenize=args.bleu_tokenize,
         )
     else:
         scores = evaluate_model_on_split(
@@ -81,5 +98,6 @@ def run(args: argparse.Namespace) -> None:
             output_hypotheses=args.output_hypotheses,
             engine=args.engine,
             dtype=args.dtype,
+            bleu_tokenize=args.bleu_tokenize,
         )
     print(json.dumps(scores, indent=2, ensure_ascii=False))

@@ -32,6 +32,8 @@ Args:
     lowercase (`bool`): case-insensitive BLEU. Defaults to `False`.
     tokenize (`str`): `'13a'` (default), `'none'`, `'intl'`, `'char'`, `'zh'`, `'ja-mecab'`, ...
     use_effective_order (`bool`): ignore n-gram orders without matches (for sentence-level BLEU). Defaults to `False`.
+    trg_lang (`str`): the target language; without `tokenize`, sacreBLEU then picks its tokenizer as its command line
+        does: `'zh'` for Chinese, `'ja-mecab'` for Japanese, `'ko-mecab'` for Korean, `'13a'` otherwise.
 
 Returns:
     'score': BLEU, 'counts': matching n-grams, 'totals': hypothesis n-grams, 'precisions': n-gram precisions,
@@ -100,6 +102,7 @@ class Sacrebleu(evaluate.Metric):
         lowercase: bool = False,
         tokenize: str | None = None,
         use_effective_order: bool = False,
+        trg_lang: str = "",
     ) -> dict:
         bleu = BLEU(
             lowercase=lowercase,
@@ -108,6 +111,7 @@ class Sacrebleu(evaluate.Metric):
             smooth_method=smooth_method,
             smooth_value=smooth_value,
             effective_order=use_effective_order,
+            trg_lang=trg_lang,
         )
         score = bleu.corpus_score(predictions, _references_by_stream(references))
         return {
