@@ -1,9 +1,9 @@
 """Parallel corpora as `datasets.Dataset`s with one `translation` column (`{"en": ..., "de": ...}`), the layout of
 transformers' translation examples and of `wmt14` on the Hub.
 
-Four sources: Multi30k by name (`multi30k.py` downloads it once), line-aligned text files `{split}.{lang}` (the layout
-of Multi30k), any `datasets` dataset by name or local folder, and the built-in English→German grammar corpus
-(`grammar.py`), the offline default.
+Five sources: Multi30k by name (`multi30k.py` downloads it once), line-aligned text files `{split}.{lang}` (the layout
+of Multi30k), a tab-separated Anki/Tatoeba file of English and one other language (`anki.py`), any `datasets`
+dataset by name or local folder, and the built-in English→German grammar corpus (`grammar.py`), the offline default.
 """
 
 import sys
@@ -106,7 +106,8 @@ def load_corpus(
 ) -> Dataset:
     """One split of a parallel corpus from `"builtin"`; `"multi30k"` (the official files, `multi30k.multi30k_dir`:
     downloaded once, or the folder `$VANILLA_TRANSFORMER_MULTI30K`; a folder of that name is `./multi30k`); a folder
-    of `{split}.{lang}` files; or a `datasets` name or local dataset folder (e.g. `"wmt14"` with
+    of `{split}.{lang}` files; an Anki/Tatoeba TSV file (`anki.load_anki`: its own train/valid/test split, with an
+    `attribution` column); or a `datasets` name or local dataset folder (e.g. `"wmt14"` with
     `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages; or a builder such as
     `"json"` with `data_files`).
 
@@ -118,6 +119,10 @@ def load_corpus(
         return load_builtin(split)
     if source == MULTI30K:
         source = str(multi30k_dir(languages=(source_lang, target_lang)))
+    if Path(source).is_file():  # an Anki/Tatoeba TSV file (`anki.py`), split by its own rule
+        from .anki import SPLITS, load_anki
+
+        return load_anki(source, find_split(split, list(SPLITS), source), source_lang, target_lang)
     folder = Path(source)
     text_splits = sorted(path.stem for path in folder.glob(f"*.{source_lang}")) if folder.is_dir() else []
     if text_splits:

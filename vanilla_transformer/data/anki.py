@@ -1,0 +1,99 @@
+"""Sentence pairs in the tab-separated format manythings.org publishes Tatoeba's sentences in for Anki (about 80
+language pairs: `cmn.txt`, `deu.txt`, ...): one pair per line, English, the other language, and the attribution that
+the CC-BY licence asks to keep with the data. And a split of such a file that a reader can reproduce from the file
+alone, in which no sentence lies on two sides.
+
+Tatoeba gives many sentences several translations (29,155 English-Mandarin pairs hold 27,663 distinct English
+sentences): split by pair, a test sentence would be trained on with another translation. So pairs that share an
+English sentence or a translation are joined into groups (connected components), each group goes to one split, and
+groups are ordered by the SHA-256 of their first English sentence in sorted order: the first groups make `test`
+until it holds `SPLIT_PAIRS["test"]` pairs, the next `valid`, the rest `train`. Neither the file's line order nor
+anything but its text decides the split.
+"""
+
+import hashlib
+from pathlib import Path
+
+from datasets import Dataset
+
+from .corpora import read_lines
+
+# pairs in each held-out split (at least: a group is not cut); the rest is train
+SPLIT_PAIRS = {"test": 1000, "valid": 1000}
+SPLITS = ("train", "valid", "test")
+ATTRIBUTION = "attribution"
+
+
+def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
+    """The (English, other language, attribution) triples of an Anki TSV file; a line with another number of tab
+    fields, or an empty sentence, raises an error naming the line. Empty lines (the file ends with one) are skipped."""
+    triples = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) not in (2, 3) or not fields[0].strip() or not fields[1].strip():
+            raise ValueError(
+                f"{path}, line {number}: expected 'English<TAB>translation<TAB>attribution' (the manythings.org "
+                f"Anki format), got {len(fields)} field(s): {line[:80]!r}."
+            )
+        triples.append((fields[0].strip(), fields[1].strip(), fields[2].strip() if len(fields) == 3 else ""))
+    if not triples:
+        raise ValueError(f"{path} holds no sentence pairs.")
+    return triples
+
+
+def split_indices(triples: list[tuple[str, str, str]], sizes: dict[str, int] = SPLIT_PAIRS) -> dict[str, list[int]]:
+    """The indices of `triples` in each of `SPLITS` (see the module docstring for the rule), in file order."""
+    parent = list(range(len(triples)))
+
+    def root(index: int) -> int:
+        while parent[index] != index:
+            parent[index] = parent[parent[index]]
+            index = parent[index]
+        return index
+
+    first_with = {}
+    for index, (english, other, _) in enumerate(triples):
+        for key in (("en", english), ("other", other)):
+            if key in first_with:
+                parent[root(index)] = root(first_with[key])
+            else:
+                first_with[key] = index
+    groups: dict[int, list[int]] = {}
+    for index in range(len(triples)):
+        groups.setdefault(root(index), []).append(index)
+
+    def order(members: list[int]) -> str:
+        return hashlib.sha256(min(triples[i][0] for i in members).encode("utf-8")).hexdigest()
+
+    splits: dict[str, list[int]] = {name: [] for name in SPLITS}
+    held_out = [name for name in ("test", "valid") if sizes.get(name)]
+    for members in sorted(groups.values(), key=order):
+        name = next((name for name in held_out if len(splits[name]) < sizes[name]), "train")
+        splits[name].extend(members)
+    if not splits["train"]:
+        raise ValueError(f"{len(triples)} pairs leave nothing to train on after {sizes} held out; use a larger file.")
+    return {name: sorted(indices) for name, indices in splits.items()}
+
+
+def load_anki(path: str | Path, split: str, source_lang: str = "en", target_lang: str = "zh") -> Dataset:
+    """One split of an Anki TSV file as a `translation` dataset (`{source_lang: ..., target_lang: ...}`) with the
+    pairs' `attribution` column kept for the card's data statement. One of the two languages must be English (the
+    file's first column); the other names the second column, so `zh→en` reads the same file the other way."""
+    if split not in SPLITS:
+        raise ValueError(f"an Anki TSV file is split into {', '.join(SPLITS)}, not {split!r}.")
+    if "en" not in (source_lang, target_lang) or source_lang == target_lang:
+        raise ValueError(
+            f"{path} pairs English with one other language; give en as the source or the target language, not "
+            f"{source_lang}→{target_lang}."
+        )
+    other = target_lang if source_lang == "en" else source_lang
+    triples = read_anki_pairs(path)
+    indices = split_indices(triples)[split]
+    return Dataset.from_dict(
+        {
+            "translation": [{"en": triples[i][0], other: triples[i][1]} for i in indices],
+            ATTRIBUTION: [triples[i][2] for i in indices],
+        }
+    )
