@@ -1,9 +1,12 @@
 """Speed and memory, side by side in one process: this model, transformers' `MarianMTModel` with identical dimensions
 (ReLU, √d_model-scaled and shared embeddings, sinusoidal positions, post-LN), and a plain `torch.nn.Transformer`
-with the same sizes.
+with the same sizes; for ours and Marian also through `torch.compile` (`<name>_compiled`: the training step, and
+decoding with a static cache and a compiled step); and this model exported to CTranslate2 (`CTRANSLATE2`). Each
+precision of `run_benchmark(dtypes=...)` is a pass over every workload (rows of bf16 named `<name>_bf16`: autocast
+for training, bf16 weights for generation), its shares taken of that precision's measured matmul peak.
 
 Each workload runs on every model in turn, repeated with the order rotated so that no model always runs first, and
-the median of the repeats is reported with the ratio to Marian. Token counts:
+the median of the repeats is reported with the ratios of `ratio_columns`. Token counts:
 
 - training: real (non-padding) source + target tokens per second of forward + backward + Adam step;
 - generation: generated tokens per second (batch × new tokens); every model is made to generate exactly the same
@@ -35,7 +38,6 @@ from .modeling_vanilla_transformer import VanillaTransformerForConditionalGenera
 
 PAD, BOS, EOS = 0, 1, 2
 MODELS = ("vanilla", "marian", "torch")
-COMPILED = "vanilla_compiled"  # torch.compile: training step; generation with a static cache, decoding step compiled
 # generation only: the vanilla model exported to CTranslate2 (`ctranslate2_engine`), weights in float32 or int8
 CTRANSLATE2 = {"ctranslate2_float32": "float32", "ctranslate2_int8": "int8"}
 

@@ -142,7 +142,6 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
             fuse_linear(target.linear[0], projections)
         linear(target.linear[-1], module.out_proj)
 
-    model = model.float().eval()
     encoder, decoder = model.get_encoder(), model.get_decoder()
     for stack_spec, stack in ((spec.encoder, encoder), (spec.decoder, decoder)):
         stack_spec.scale_embeddings = float(stack.embed_scale)
