@@ -16,6 +16,7 @@ from transformers import EvalPrediction, PreTrainedTokenizerFast
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.evaluation import (
     compute_metrics_for_trainer,
+    evaluate_model_on_split,
     load_metric,
     moses_tokenize,
     score_files,
@@ -319,3 +320,24 @@ def test_the_trainers_metric_and_the_files_score_chinese_with_the_zh_tokenizer(b
     assert "tok:zh" in zh["bleu"]["signature"]
     with pytest.raises(ValueError, match="bleu_tokenize='words' is not a sacreBLEU tokenizer; use one of"):
         score_files(tmp_path / "hyp.zh", tmp_path / "ref.zh", lang="zh", bleu_tokenize="words")
+
+
+def test_a_split_of_an_anki_file_is_translated_and_scored_in_its_target_language(builtin_tokenizer, tmp_path):
+    from conftest import tiny_model
+
+    from vanilla_transformer.outputs import OutputError
+
+    model = tiny_model(vocab_size=len(builtin_tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       decoder_start_token_id=1)  # fmt: skip
+    model.save_pretrained(tmp_path / "model")
+    builtin_tokenizer.save_pretrained(tmp_path / "model")
+    corpus = tmp_path / "cmn.txt"
+    corpus.write_text("".join(f"sentence {k}\t句子{k}。\tCC-BY 2.0 (France)\n" for k in range(2100)), encoding="utf-8")
+    scores = evaluate_model_on_split(
+        str(tmp_path / "model"), "valid", source_lang="en", target_lang="zh", corpus_file=corpus, num_beams=1
+    )
+    assert scores["num_sentences"] == 1000 and "tok:zh" in scores["bleu"]["signature"]
+    assert scores["references"] == f"{corpus} (valid)" and scores["tokenized_references"] is None
+    with pytest.raises(OutputError, match="corpus file"):
+        evaluate_model_on_split(str(tmp_path / "model"), "valid", source_lang="en", target_lang="zh",
+                                corpus_file=corpus, output_hypotheses=corpus)  # fmt: skip

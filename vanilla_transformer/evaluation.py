@@ -21,7 +21,7 @@ import numpy as np
 import sacremoses
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
-from .data.corpora import read_lines, write_lines
+from .data.corpora import load_corpus, read_lines, write_lines
 from .data.multi30k import multi30k_dir
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
@@ -212,8 +212,10 @@ def evaluate_model_on_split(
     engine: str = "pytorch",
     dtype: str | None = None,
     bleu_tokenize: str | None = None,
+    corpus_file: str | Path | None = None,
 ) -> dict:
-    """Translate `{data_dir}/{split}.{source_lang}` with a saved model (a folder or a Hub id) and score the output
+    """Translate `{data_dir}/{split}.{source_lang}` (or the `split` of the Anki/Tatoeba TSV `corpus_file`,
+    `data.anki`) with a saved model (a folder or a Hub id) and score the output
     against `{split}.{target_lang}` and, when it exists, the official tokenized reference
     `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1); the length penalty
     α is the model's `generation_config` one unless `length_penalty` is given. A model whose tokenizer lowercases is
@@ -229,23 +231,33 @@ def evaluate_model_on_split(
     from .tokenization import lowercases
     from .translation import load_translator
 
-    data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))
-    sources_path = data_dir / f"{split}.{source_lang}"
-    references_path = data_dir / f"{split}.{target_lang}"
-    tokenized_references_path = data_dir / "tok" / f"{split}.lc.norm.tok.{target_lang}"
-    if output_hypotheses is not None:
-        inputs = [
-            ("the source file", sources_path),
-            ("the reference file", references_path),
-            ("the tokenized reference file", tokenized_references_path),
-            ("the data folder", data_dir),
-            ("the model folder", model_name_or_path if Path(model_name_or_path).expanduser().is_dir() else None),
-        ]
-        check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
-    sources = read_lines(sources_path)
-    references = read_lines(references_path)
-    has_tokenized_references = tokenized_references_path.is_file()
-    tokenized_references = read_lines(tokenized_references_path) if has_tokenized_references else None
+    model_folder = model_name_or_path if Path(model_name_or_path).expanduser().is_dir() else None
+    if corpus_file is not None:
+        if output_hypotheses is not None:
+            inputs = [("the corpus file", corpus_file), ("the model folder", model_folder)]
+            check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
+        pairs = load_corpus(str(corpus_file), split, source_lang, target_lang)["translation"]
+        sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
+        references_path, tokenized_references_path, tokenized_references = f"{corpus_file} ({split})", None, None
+    else:
+        data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))
+        sources_path = data_dir / f"{split}.{source_lang}"
+        references_path = data_dir / f"{split}.{target_lang}"
+        tokenized_references_path = data_dir / "tok" / f"{split}.lc.norm.tok.{target_lang}"
+        if output_hypotheses is not None:
+            inputs = [
+                ("the source file", sources_path),
+                ("the reference file", references_path),
+                ("the tokenized reference file", tokenized_references_path),
+                ("the data folder", data_dir),
+                ("the model folder", model_folder),
+            ]
+            check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
+        sources = read_lines(sources_path)
+        references = read_lines(references_path)
+        if not tokenized_references_path.is_file():
+            tokenized_references_path = None
+        tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
 
     translator = load_translator(model_name_or_path, engine, dtype=dtype)
     if length_penalty is None:
@@ -275,6 +287,6 @@ def evaluate_model_on_split(
         "num_beams": num_beams,
         "length_penalty": length_penalty,
         "references": str(references_path),
-        "tokenized_references": str(tokenized_references_path) if has_tokenized_references else None,
+        "tokenized_references": str(tokenized_references_path) if tokenized_references_path else None,
         "hypotheses": str(output_hypotheses) if output_hypotheses is not None else None,
     } | scores

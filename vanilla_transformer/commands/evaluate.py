@@ -8,7 +8,7 @@ Scoring a file of translations:
     vanilla-transformer evaluate --hypotheses hyp.de --references test2016.de \\
         [--tokenized-references REF.tok] [--lang de] [--lowercase]
 or translating a split with a saved model first:
-    vanilla-transformer evaluate --model FOLDER_OR_HUB_ID --split test2016 [--data-dir DIR]
+    vanilla-transformer evaluate --model FOLDER_OR_HUB_ID --split test2016 [--data-dir DIR | --corpus-file cmn.txt]
         [--source-lang en --target-lang de] [--batch-size 64] [--num-beams 4] [--output-hypotheses FILE]
         [--dtype bfloat16] [--engine pytorch|ctranslate2]
 """
@@ -48,7 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lowercase", action="store_true", help="with --hypotheses: case-insensitive sacreBLEU and chrF"
     )
     parser.add_argument("--split", help="with --model: the split to translate, e.g. test2016, test2017, valid")
-    parser.add_argument("--data-dir", default=None, type=existing_dir, help=f"with --model: {DATA_DIR_HELP}")
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--data-dir", default=None, type=existing_dir, help=f"with --model: {DATA_DIR_HELP}")
+    data.add_argument(
+        "--corpus-file",
+        type=existing_file,
+        help="with --model: an Anki/Tatoeba TSV file (English<TAB>translation<TAB>attribution) whose --split "
+        "(train, valid, test: the split rule of vanilla_transformer/data/anki.py) is translated",
+    )
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
@@ -99,5 +106,6 @@ def run(args: argparse.Namespace) -> None:
             engine=args.engine,
             dtype=args.dtype,
             bleu_tokenize=args.bleu_tokenize,
+            corpus_file=args.corpus_file,
         )
     print(json.dumps(scores, indent=2, ensure_ascii=False))
