@@ -84,6 +84,14 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, size: int, side: str) -> list
     return tokens
 
 
+def exported_positions(config, max_positions: int | None = None) -> int:
+    """The rows of the position table an export holds: a learned table as it is, else `max_positions` rows of the
+    sinusoid (default max(max_position_embeddings, 1024))."""
+    if config.position_encoding == "learned":
+        return config.max_position_embeddings
+    return max_positions or max(config.max_position_embeddings, MIN_POSITIONS)
+
+
 def _position_table(model: PreTrainedModel, stack: torch.nn.Module, max_positions: int) -> torch.Tensor:
     config = model.config
     if config.position_encoding == "learned":
@@ -111,8 +119,6 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
             f"activation_function={config.activation_function!r} has no CTranslate2 equivalent; it runs "
             f"{', '.join(activations)}."
         )
-    if config.position_encoding == "learned" and max_positions > config.max_position_embeddings:
-        max_positions = config.max_position_embeddings
     # pre-LN: each stack ends in a LayerNorm, as ours; post-LN (the paper): none
     stack_options = {"pre_norm": config.normalize_before, "activation": activations[config.activation_function]}
     spec = transformer_spec.TransformerSpec(
@@ -216,8 +222,7 @@ def export_ctranslate2(
     ctranslate2 = import_ctranslate2()
     model, tokenizer = load_model_and_tokenizer(model_dir)
     config = model.config
-    if max_positions is None:
-        max_positions = max(config.max_position_embeddings, MIN_POSITIONS)
+    max_positions = exported_positions(config, max_positions)
     source = vocabulary(tokenizer, config.vocab_size, "source")
     target = vocabulary(tokenizer, config.decoder_vocab_size, "target")
     generation = model.generation_config
@@ -225,7 +230,7 @@ def export_ctranslate2(
         "exported_from": str(model_dir),
         "model_type": config.model_type,
         "quantization": quantization,
-        "max_positions": max_positions if config.position_encoding != "learned" else config.max_position_embeddings,
+        "max_positions": max_positions,
         "ctranslate2_version": ctranslate2.__version__,
         "decoding": {
             "num_beams": generation.num_beams or 1,

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-positions",
         type=int_in_range(1),
         default=None,
-        help="positions the export holds (default: max(max_position_embeddings, 1024)); longer sentences and "
-        "translations cannot be decoded by the export",
+        help="positions the export holds (default: max(max_position_embeddings, 1024); a learned table is exported "
+        "as it is); longer sentences and translations cannot be decoded by the export",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace OUTPUT_DIR even if it holds what no command of ours wrote"
