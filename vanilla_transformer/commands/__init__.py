@@ -319,6 +319,22 @@ PRESET_TYPES: dict[str, Callable[[str], object]] = {
 }
 
 
+def add_engine_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """`--dtype` and `--engine`, the choices of `translation.load_translator`, for the commands that translate with
+    a loaded model; `scope` prefixes each help (e.g. "with --model: ")."""
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help=f"{scope}the weights' type for the pytorch engine (default: as saved); bfloat16 uses the CPU's AMX units",
+    )
+    parser.add_argument(
+        "--engine",
+        default="pytorch",
+        choices=["pytorch", "ctranslate2"],
+        help=f"{scope}pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
+    )
+
+
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
     the languages, and the options both training functions take."""

@@ -16,7 +16,17 @@ or translating a split with a saved model first:
 import argparse
 import json
 
-from . import DATA_DIR_HELP, UsageError, existing_dir, existing_file, model_source, num_beams, output_file, positive_int
+from . import (
+    DATA_DIR_HELP,
+    UsageError,
+    add_engine_arguments,
+    existing_dir,
+    existing_file,
+    model_source,
+    num_beams,
+    output_file,
+    positive_int,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,17 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-hypotheses", type=output_file, help="with --model: write the translations to this file"
     )
-    parser.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="with --model: the weights' type for the pytorch engine (default: as saved); bfloat16 uses AMX units",
-    )
-    parser.add_argument(
-        "--engine",
-        default="pytorch",
-        choices=["pytorch", "ctranslate2"],
-        help="with --model: pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
-    )
+    add_engine_arguments(parser, "with --model: ")
 
 
 def run(args: argparse.Namespace) -> None:

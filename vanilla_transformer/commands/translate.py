@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import device, input_file, model_source, num_beams, output_file_or_stdout, positive_int
+from . import add_engine_arguments, device, input_file, model_source, num_beams, output_file_or_stdout, positive_int
 
 logger = logging.getLogger("translate")
 
@@ -46,17 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
     )
-    parser.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="the weights' type for the pytorch engine (default: as saved); bfloat16 uses the CPU's AMX units",
-    )
-    parser.add_argument(
-        "--engine",
-        default="pytorch",
-        choices=["pytorch", "ctranslate2"],
-        help="pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
-    )
+    add_engine_arguments(parser)
 
 
 def _stdin_file() -> str | None:
