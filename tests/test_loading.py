@@ -28,6 +28,7 @@ from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.evaluation import evaluate_model_on_split
 from vanilla_transformer.loading import (
     ModelFolderError,
+    bad_values,
     check_loaded_weights,
     load_model_and_tokenizer,
     write_checksums,
@@ -462,3 +463,11 @@ def test_a_name_that_is_neither_a_folder_nor_a_reachable_hub_model_is_named(monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelFolderError, match=r"^runs/final is not a folder here, and no Hub model of that id"):
         load_model_and_tokenizer("runs/final")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e5m2])
+def test_bad_values_are_counted_in_every_float_type(dtype):
+    # float8 has no aminmax kernel on the CPU: the check upcasts instead of failing (load and push both use it)
+    tensor = torch.tensor([0.5, float("nan"), float("inf"), 1.0]).to(dtype)
+    assert bad_values(tensor) == "1 NaN, 1 Inf of 4 values"
+    assert bad_values(torch.tensor([0.5, -1.0]).to(dtype)) == ""

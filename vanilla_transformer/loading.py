@@ -330,7 +330,11 @@ def bad_values(tensor: torch.Tensor) -> str:
     """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return ""
-    low, high = torch.aminmax(tensor)  # one pass; NaN propagates to both
+    try:
+        low, high = torch.aminmax(tensor)  # one pass; NaN propagates to both
+    except (RuntimeError, NotImplementedError):  # float8 and other types without the kernel
+        tensor = tensor.float()
+        low, high = torch.aminmax(tensor)
     if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
         return ""
     nan = int(torch.isnan(tensor).sum())
