@@ -101,8 +101,9 @@ def user_error_message(error: BaseException) -> str | None:
         where = f" writing {error.filename}" if error.filename else ""
         return f"error: {error.strerror or error}{where}: free space (or choose another disk); what was there is kept"
     if isinstance(error, StrictDataclassError) and error.__cause__ is not None:
-        # the config's `@strict` validation: the cause names the field, its value and the fix
-        return f"error: invalid model configuration: {error.__cause__}"
+        from .loading import config_error_message
+
+        return f"error: invalid model configuration: {config_error_message(error)}"
     own_class = type(error).__module__.split(".")[0] == __package__
     if (
         own_class
