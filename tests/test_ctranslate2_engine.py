@@ -208,3 +208,8 @@ def test_the_commands_export_and_translate(builtin_tokenizer, tmp_path):
     done = command(str(ROOT / "scripts/export_ctranslate2.py"), "model", "input.en")
     assert done.returncode == 2 and "input.en" in done.stderr
     assert (tmp_path / "input.en").read_text() == "A man is riding a bike.\n\nHello\n"
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep")
+    done = command(str(ROOT / "scripts/export_ctranslate2.py"), "model", "notes")
+    assert done.returncode == 2 and "OUTPUT_DIR notes is a non-empty folder" in done.stderr
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]

@@ -239,7 +239,7 @@ def export_ctranslate2(
             "max_new_tokens_over_input": getattr(generation, "max_new_tokens_over_input", None),
         },
     }
-    with staged_folder(output_dir, "ctranslate2", command, overwrite) as staging:
+    with staged_folder(output_dir, "ctranslate2", command, overwrite, flag="OUTPUT_DIR") as staging:
         # the converter replaces the folder it is given: our own fresh staging folder, never `output_dir`
         convert(model, source, target, staging, quantization, max_positions)
         tokenizer.save_pretrained(staging / TOKENIZER_FOLDER)
