@@ -60,6 +60,18 @@ def multi30k() -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def tatoeba() -> Path:
+    """The Tatoeba English-Mandarin file (manythings.org's `cmn.txt`), $VANILLA_TRANSFORMER_TATOEBA; skipped without
+    it, failed where VANILLA_TRANSFORMER_REQUIRE_DATA=1 (CI points at its copy beside the checkout)."""
+    path = Path(os.environ.get("VANILLA_TRANSFORMER_TATOEBA") or "no-such-file")
+    if path.is_file():
+        return path
+    if os.environ.get("VANILLA_TRANSFORMER_REQUIRE_DATA") == "1":
+        pytest.fail(f"VANILLA_TRANSFORMER_REQUIRE_DATA=1, but {path} is no file", pytrace=False)
+    pytest.skip("no Tatoeba cmn.txt: set VANILLA_TRANSFORMER_TATOEBA=FILE (from manythings.org/anki/cmn-eng.zip)")
+
+
 VOCAB = 64
 PAD, BOS, EOS = 0, 1, 2
 

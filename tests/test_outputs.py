@@ -177,6 +177,27 @@ def test_release_refuses_the_runs_final_and_a_strangers_folder(run_dir, tmp_path
     assert tree_state(tmp_path) == before
 
 
+def test_release_of_a_run_on_a_tsv_file_asks_for_its_languages_and_keeps_out_of_the_file(run_dir, tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    corpus = tmp_path / "data" / "cmn.txt"
+    corpus.write_text("Hi.\t嗨。\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)\n")
+    preset = json.loads((run_dir / "preset.json").read_text()) | {"corpus": str(corpus)}
+    (run_dir / "preset.json").write_text(json.dumps(preset))
+    before = tree_state(tmp_path)
+    for argv, expected in [
+        ([], "give --source-lang and --target-lang as the run was trained"),
+        (
+            ["--source-lang", "en", "--target-lang", "zh", "--output-dir", str(corpus.parent)],
+            "contains the corpus file",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["release", "--run-dir", str(run_dir), "--output-dir", str(tmp_path / "out"), *argv])
+        assert exited.value.code == 2
+        assert expected in capsys.readouterr().err
+    assert tree_state(tmp_path) == before
+
+
 def test_evaluate_refuses_to_write_hypotheses_over_the_reference(model_folder, data_dir, tmp_path):
     before = tree_state(tmp_path)
     done = run_script(

@@ -10,7 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.hub import CODE_FILES
+from vanilla_transformer.hub import CODE_FILES, card_for_folder
 from vanilla_transformer.presets import get_training_preset, read_run_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 from vanilla_transformer.tokenization import lowercases
@@ -98,6 +98,58 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
     assert validate_folder(release) == []
 
 
+def test_a_release_of_a_tsv_run_states_its_data_terms_languages_and_examples(tmp_path):
+    from vanilla_transformer.release import write_release
+
+    scores = {"bleu": {"score": 21.234, "signature": "nrefs:1|case:mixed|eff:no|tok:zh|smooth:exp|version:2.6.0"}}
+    results = {"test": scores | {"chrf": {"score": 19.5}}, "test[:50]": scores | {"chrf": {"score": 18.0}}}
+    data = {
+        "dataset": "tatoeba",
+        "languages": ["en", "zh"],
+        "file": "cmn.txt",
+        "sha256": "ab" * 32,
+        "pairs": {"train": 27155, "valid": 1000, "test": 1000},
+        "contributors": 321,
+    }
+    examples = [{"source": "Who's there | here?", "reference": "谁在那里？", "translation": "谁在那儿？"}]
+    training = json.loads((RELEASE / "results.json").read_text())["training"]
+    run_preset = get_training_preset("multi30k", corpus="/data/elsewhere/cmn.txt", warmup_steps=600).as_dict()
+    release = write_release(RELEASE, tmp_path / "en-zh", results, training, run_preset, "", False, data, examples)
+    card = ModelCard.load(release / "README.md")
+    assert card.data.license == "cc-by-2.0" and card.data.language == ["en", "zh"]
+    assert {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results} == {
+        ("test", "sacrebleu"): 21.23,
+        ("test", "chrf"): 19.5,
+    }
+    assert "CC-BY 2.0 France" in card.text and "321\nTatoeba contributors" in card.text
+    assert "27155 training,\n1000 valid and 1000 test pairs" in card.text and "ab" * 32 in card.text
+    assert "its `zh` tokenizer" in card.text and "English→Chinese" in card.text
+    assert "| Who's there \\| here? | 谁在那里？ | 谁在那儿？ |" in card.text  # a "|" does not break the table
+    # the reproduce lines: the file under its own name, and the languages the run trained on
+    assert (
+        "vanilla-transformer train --preset multi30k --corpus cmn.txt --warmup-steps 600 --source-lang en "
+        "--target-lang zh --output-dir outputs/en-zh" in card.text
+    )
+    assert "release --run-dir outputs/en-zh --output-dir en-zh --source-lang en --target-lang zh" in card.text
+    record = json.loads((release / "results.json").read_text())
+    assert record["data"] == data and record["examples"] == examples
+    # a card rendered again from results.json alone (a push of the folder without README.md) says the same
+    assert card_for_folder(release).text == card.text
+
+
+def test_release_data_of_the_tatoeba_file_counts_its_splits_and_contributors(tatoeba):
+    from vanilla_transformer.release import ReleaseData
+
+    data = ReleaseData(corpus_file=tatoeba, source_lang="en", target_lang="zh")
+    record = data.record()
+    assert record["pairs"] == {"train": 27155, "valid": 1000, "test": 1000}
+    assert record["file"] == "cmn.txt" and record["dataset"] == "tatoeba" and record["languages"] == ["en", "zh"]
+    assert 100 < record["contributors"] < 5000
+    sources, references = data.pairs("test")
+    assert len(sources) == len(references) == 1000 and all(sources) and all(references)
+    assert data.test_splits == ("test",) and ReleaseData().test_splits == ("test2016", "test2017")
+
+
 def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path):
     from vanilla_transformer.release import train_command
 
@@ -141,7 +193,12 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(m
     from transformers import GenerationConfig
 
     from vanilla_transformer.evaluation import evaluate_model_on_split
-    from vanilla_transformer.release import adopt_best_length_penalty, set_length_penalty, tune_length_penalty
+    from vanilla_transformer.release import (
+        ReleaseData,
+        adopt_best_length_penalty,
+        set_length_penalty,
+        tune_length_penalty,
+    )
 
     data = tmp_path / "data"
     (data / "tok").mkdir(parents=True)
@@ -152,8 +209,8 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(m
     for path in RELEASE.iterdir():
         (folder / path.name).write_bytes(path.read_bytes())
 
-    on_valid = tune_length_penalty(folder, data, [0.0, 3.0])
-    assert adopt_best_length_penalty(folder, data, [0.0, 3.0]) == on_valid
+    on_valid = tune_length_penalty(folder, ReleaseData(data), [0.0, 3.0])
+    assert adopt_best_length_penalty(folder, ReleaseData(data), [0.0, 3.0]) == on_valid
     assert GenerationConfig.from_pretrained(folder).length_penalty == max(on_valid, key=on_valid.get)
     set_length_penalty(folder, 3.0)
     assert GenerationConfig.from_pretrained(folder).length_penalty == 3.0

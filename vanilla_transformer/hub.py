@@ -71,7 +71,15 @@ MODEL_FILES = (
     "README.md",
     "results.json",
 )
-LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
+LANGUAGE_NAMES = {
+    "en": "English",
+    "de": "German",
+    "fr": "French",
+    "cs": "Czech",
+    "zh": "Chinese",
+    "ja": "Japanese",
+    "ko": "Korean",
+}
 # The Hub datasets that hold a corpus we train on, for the card's `datasets` (no entry: no Hub dataset holds it, and
 # the card names none). `bentrevett/multi30k` is the WMT16 release of Multi30k Task 1: its train and test splits are
 # our train and test2016; its validation has the WMT16 val.de, which the official files corrected in 61 lines.
@@ -80,13 +88,19 @@ HUB_DATASETS = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14"}
 # own; other data leaves the card's license to the caller (apache-2.0, the code's, by default).
 DATA_TERMS = {
     "multi30k": ("other", "multi30k-non-commercial", "https://github.com/multi30k/dataset#use-of-the-data"),
+    "tatoeba": ("cc-by-2.0", None, None),  # Tatoeba's sentences: CC-BY 2.0 France
 }
 DATASET_TITLES = {
     "multi30k": "Multi30k Task 1",
     "builtin-en-de-grammar": "the built-in English→German grammar corpus",
     "wmt14": "WMT 2014",
+    "tatoeba": "Tatoeba",
 }
-EXAMPLES = {"en": "A man is riding a bike down the street.", "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang."}
+EXAMPLES = {
+    "en": "A man is riding a bike down the street.",
+    "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.",
+    "zh": "我今天在公园里看到了一只很大的狗。",
+}
 CONFIG_HYPERPARAMETERS = (
     "d_model",
     "encoder_layers",
@@ -125,6 +139,8 @@ def dataset_id(corpus: str) -> str:
     """The name the card gives a training preset's `corpus`: a folder counts by its name (`multi30k`)."""
     if corpus == "builtin":
         return "builtin-en-de-grammar"
+    if corpus.endswith(".txt") or Path(corpus).is_file():  # manythings.org's Anki files hold Tatoeba's sentences
+        return "tatoeba"
     if corpus.startswith(("/", "./", "../", "~")) or Path(corpus).is_dir():
         return Path(corpus).name
     return corpus  # a `datasets` name (`wmt14`, `bentrevett/multi30k`) is already an id
@@ -168,12 +184,16 @@ def render_model_card(
     license: str = "apache-2.0",  # noqa: A002  (the card's own field name)
     reproduce: list[str] | None = None,
     evaluated_during_training: bool = False,
+    data: dict | None = None,
+    examples: list[dict] | None = None,
 ) -> ModelCard:
     """The model card from the package's template, `vanilla_transformer/templates/model_card.md`.
 
     `results` maps a split to its scores (`sacrebleu`, `chrf`, optionally `tokenized_bleu` and `signature`); splits
     named with a slice (`test2016[:50]`) stay out of the `model-index`. `training` holds `summary`,
-    `hyperparameters` and optionally `status`. The YAML metadata (and its `model-index`) is written by
+    `hyperparameters` and optionally `status`. `data` is what `release.ReleaseData.record()` says of a TSV file
+    (name, SHA-256, split sizes, contributors), `examples` translations to show (`source`, `reference`,
+    `translation`). The YAML metadata (and its `model-index`) is written by
     `huggingface_hub.ModelCardData`, so it parses with the Hub's own reader.
     """
     if not CARD_TEMPLATE.is_file():
@@ -231,6 +251,7 @@ def render_model_card(
         eval_results=eval_results or None,
     )
     signatures = [scores["signature"] for scores in results.values() if scores.get("signature")]
+    bleu_tokenizer = next((part[4:] for part in (signatures or [""])[0].split("|") if part.startswith("tok:")), "13a")
     # trim_blocks/lstrip_blocks: the template's {% %} lines leave no blank lines; StrictUndefined: a misspelt
     # variable fails here instead of vanishing from the card
     environment = jinja2.Environment(
@@ -257,8 +278,28 @@ def render_model_card(
         hyperparameters=training["hyperparameters"],
         decoding=training["hyperparameters"].get("decoding", decoding_summary()),
         reproduce=reproduce,
+        bleu_tokenizer=bleu_tokenizer,
+        data=data or {},
+        examples=examples or [],
     )
     return ModelCard(text)
+
+
+def card_from_release_record(name: str, record: dict, repo_id: str | None = None) -> ModelCard:
+    """The card of a release folder from its `results.json` (`release.write_release`): Multi30k en→de where the
+    record names no data (releases before it did)."""
+    data = record.get("data", {"dataset": "multi30k", "languages": ["en", "de"]})
+    return render_model_card(
+        name,
+        record["results"],
+        record["training"],
+        dataset=data["dataset"],
+        languages=tuple(data["languages"]),
+        repo_id=repo_id,
+        reproduce=record.get("reproduce"),
+        data=data,
+        examples=record.get("examples"),
+    )
 
 
 def card_from_training_log(
@@ -327,9 +368,7 @@ def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard
     folder = Path(folder)
     name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
     if (folder / "results.json").is_file():
-        record = json.loads((folder / "results.json").read_text())
-        # scripts/release.py writes results.json for Multi30k releases (it scores test2016 and test2017)
-        return render_model_card(name, record["results"], record["training"], dataset="multi30k", repo_id=repo_id)
+        return card_from_release_record(name, json.loads((folder / "results.json").read_text()), repo_id=repo_id)
     candidates = [folder / "trainer_state.json"]
     for run in (folder, folder.parent):
         candidates += [checkpoint / "trainer_state.json" for checkpoint in reversed(list_checkpoints(run))]

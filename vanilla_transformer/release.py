@@ -1,29 +1,101 @@
 """A Hub-ready release folder: the averaged model, its tokenizer and code files, measured test scores, and a model
 card (`README.md` with YAML metadata and `model-index` results)."""
 
+import hashlib
 import json
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import checkpoint_step
-from .data.corpora import read_lines
+from .data.anki import ATTRIBUTION, SPLITS
+from .data.corpora import load_corpus, read_lines
 from .data.multi30k import multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
-from .hub import render_model_card, training_hyperparameters
+from .hub import card_from_release_record, training_hyperparameters
 from .outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
 from .presets import PRESET_FLAGS, TRAINING_PRESETS, same_setting
 from .tokenization import lowercases
 
-SMOKE_SENTENCES = 50  # the first N test2016 sentences, re-scored by a test against the card
+SMOKE_SENTENCES = 50  # the first N sentences of the first test split, re-scored by a test against the card
+EXAMPLE_EVERY = 100  # the card shows every 100th sentence of the first test split with its translation
 
 
-def train_command(run_preset: dict, output_dir: str) -> str:
-    """The `vanilla-transformer train` line that trains a run with this `preset.json`: the named preset it differs
-    least from, and a flag for each field it changed. A change no flag can make (the model preset or its overrides)
-    raises."""
+@dataclass(frozen=True)
+class ReleaseData:
+    """Where a release is tuned and scored: Multi30k (`data_dir`; None is `multi30k_dir()`, downloaded once), α on
+    valid and the card's scores on test2016 and test2017; or an Anki/Tatoeba TSV file (`corpus_file`), α on its
+    valid split and the scores on its test split (`data.anki`: the split is the file's own)."""
+
+    data_dir: str | Path | None = None
+    corpus_file: str | Path | None = None
+    source_lang: str = "en"
+    target_lang: str = "de"
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        return ("test",) if self.corpus_file else ("test2016", "test2017")
+
+    def evaluate(self, folder: str | Path, split: str, **kwargs) -> dict:
+        """`evaluation.evaluate_model_on_split` on `split` of this data."""
+        return evaluate_model_on_split(
+            str(folder),
+            split,
+            self.data_dir,
+            source_lang=self.source_lang,
+            target_lang=self.target_lang,
+            corpus_file=self.corpus_file,
+            **kwargs,
+        )
+
+    def pairs(self, split: str) -> tuple[list[str], list[str]]:
+        """The sources and references of `split`."""
+        if self.corpus_file:
+            pairs = load_corpus(str(self.corpus_file), split, self.source_lang, self.target_lang)["translation"]
+            return [pair[self.source_lang] for pair in pairs], [pair[self.target_lang] for pair in pairs]
+        folder = multi30k_dir(self.data_dir, languages=(self.source_lang, self.target_lang))
+        return read_lines(folder / f"{split}.{self.source_lang}"), read_lines(folder / f"{split}.{self.target_lang}")
+
+    def record(self) -> dict:
+        """What the card says of the data: the dataset, the languages, and for a TSV file its name, SHA-256, split
+        sizes and number of Tatoeba contributors (the third column credits each pair's sentences to their users)."""
+        record = {"dataset": "multi30k", "languages": [self.source_lang, self.target_lang]}
+        if not self.corpus_file:
+            return record
+        path = Path(self.corpus_file)
+        splits = {split: load_corpus(str(path), split, self.source_lang, self.target_lang) for split in SPLITS}
+        users = {
+            user
+            for dataset in splits.values()
+            for credit in dataset[ATTRIBUTION]
+            for user in re.findall(r"#\d+ \(([^)]*)\)", credit)
+        }
+        return record | {
+            "dataset": "tatoeba",
+            "file": path.name,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "pairs": {split: len(dataset) for split, dataset in splits.items()},
+            "contributors": len(users),
+        }
+
+
+def language_flags(source_lang: str, target_lang: str) -> str:
+    """The commands' language flags, for a pair other than their default en→de."""
+    return (
+        ""
+        if (source_lang, target_lang) == ("en", "de")
+        else f" --source-lang {source_lang} --target-lang {target_lang}"
+    )
+
+
+def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", target_lang: str = "de") -> str:
+    """The `vanilla-transformer train` line that trains a run with this `preset.json` on this language pair: the
+    named preset it differs least from, and a flag for each field it changed. A change no flag can make (the model
+    preset or its overrides) raises."""
 
     run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
 
@@ -47,20 +119,20 @@ def train_command(run_preset: dict, output_dir: str) -> str:
         return f" --{name} {value}"
 
     flags = "".join(flag(field) for field in changed(name))
-    return f"vanilla-transformer train --preset {name}{flags} --output-dir {output_dir}"
+    languages = language_flags(source_lang, target_lang)
+    return f"vanilla-transformer train --preset {name}{flags}{languages} --output-dir {output_dir}"
 
 
 def tune_length_penalty(
-    folder: str | Path, data_dir: str | Path | None, alphas: list[float], split: str = "valid", batch_size: int = 100
+    folder: str | Path, data: ReleaseData, alphas: list[float], split: str = "valid", batch_size: int = 100
 ) -> dict[float, float]:
     """BLEU on `split` for each length penalty α, the folder's other decoding settings kept: the paper chose its
     α = 0.6 "after experimentation on the development set" (§6.1), and a release on other data may do the same. The
-    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU otherwise.
-    `data_dir=None` is Multi30k (`multi30k_dir()`)."""
-    data_dir = multi30k_dir(data_dir)
+    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU (with the target
+    language's tokenizer) otherwise."""
     scores = {}
     for alpha in alphas:
-        result = evaluate_model_on_split(str(folder), split, data_dir, batch_size=batch_size, length_penalty=alpha)
+        result = data.evaluate(folder, split, batch_size=batch_size, length_penalty=alpha)
         scores[alpha] = round((result.get("tokenized_bleu") or result["bleu"])["score"], 2)
     return scores
 
@@ -74,12 +146,10 @@ def set_length_penalty(folder: str | Path, alpha: float) -> None:
         shutil.copyfile(Path(scratch) / "generation_config.json", staging)
 
 
-def adopt_best_length_penalty(
-    folder: str | Path, data_dir: str | Path | None, alphas: list[float]
-) -> dict[float, float]:
-    """Tune α on valid (`tune_length_penalty`; `data_dir=None` is Multi30k) and make the best one the folder's
-    default; on a tie the α listed first wins. Returns every α's score, for the card."""
-    on_valid = tune_length_penalty(folder, data_dir, alphas)
+def adopt_best_length_penalty(folder: str | Path, data: ReleaseData, alphas: list[float]) -> dict[float, float]:
+    """Tune α on valid (`tune_length_penalty`) and make the best one the folder's default; on a tie the α listed
+    first wins. Returns every α's score, for the card."""
+    on_valid = tune_length_penalty(folder, data, alphas)
     best = max(on_valid, key=on_valid.get)
     set_length_penalty(folder, best)
     return on_valid
@@ -135,25 +205,30 @@ def training_summary(
     }
 
 
-def evaluate_release(
-    folder: str | Path, data_dir: str | Path | None, splits: tuple[str, ...], batch_size: int = 100
-) -> dict:
-    """Scores of the folder on each split (paper decoding), plus those of the first `SMOKE_SENTENCES` translations of
-    the first split. `data_dir=None` is Multi30k (`multi30k_dir()`)."""
-    data_dir = multi30k_dir(data_dir)
-    first = splits[0]
+def evaluate_release(folder: str | Path, data: ReleaseData, batch_size: int = 100) -> tuple[dict, list[dict]]:
+    """Scores of the folder on each of the data's test splits (paper decoding), plus those of the first
+    `SMOKE_SENTENCES` translations of the first; and every `EXAMPLE_EVERY`th sentence of the first with its
+    reference and translation, for the card."""
+    first = data.test_splits[0]
     with tempfile.TemporaryDirectory() as scratch:
         results = {
-            split: evaluate_model_on_split(
-                str(folder), split, data_dir, batch_size=batch_size, output_hypotheses=Path(scratch) / f"{split}.hyp"
-            )
-            for split in splits
+            split: data.evaluate(folder, split, batch_size=batch_size, output_hypotheses=Path(scratch) / f"{split}.hyp")
+            for split in data.test_splits
         }
-        hypotheses = read_lines(Path(scratch) / f"{first}.hyp")[:SMOKE_SENTENCES]
-    references = read_lines(data_dir / f"{first}.de")[:SMOKE_SENTENCES]
+        hypotheses = read_lines(Path(scratch) / f"{first}.hyp")
+    sources, references = data.pairs(first)
     lowercase = lowercases(AutoTokenizer.from_pretrained(folder))
-    results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(hypotheses, references, lowercase=lowercase)
-    return results
+    results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(
+        hypotheses[:SMOKE_SENTENCES],
+        references[:SMOKE_SENTENCES],
+        lang=data.target_lang,
+        lowercase=lowercase,
+    )
+    examples = [
+        {"source": sources[i], "reference": references[i], "translation": hypotheses[i]}
+        for i in range(0, len(sources), EXAMPLE_EVERY)
+    ]
+    return results, examples
 
 
 def _summary(scores: dict) -> dict:
@@ -172,31 +247,38 @@ def write_release(
     run_preset: dict,
     release_flags: str = "",
     overwrite: bool = False,
+    data: dict | None = None,
+    examples: list[dict] | None = None,
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (`templates/model_card.md`, with the commands that
     reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
-    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole. A `release_dir` that is,
-    holds or lies inside the model folder is refused, as is a non-empty one that is not a release folder a command
-    wrote, unless `overwrite` (`outputs.check_output_folder`)."""
+    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole. `data` is
+    `ReleaseData.record()` (Multi30k en→de when not given), `examples` translations the card shows. A `release_dir`
+    that is, holds or lies inside the model folder is refused, as is a non-empty one that is not a release folder a
+    command wrote, unless `overwrite` (`outputs.check_output_folder`)."""
     release = Path(release_dir)
     check_not_an_input(release, [("the averaged model", final_dir)])
     check_output_folder(release, "release", overwrite)
-    summaries = {split: _summary(scores) for split, scores in results.items()}
+    data = data or ReleaseData().record()
     run_dir = f"outputs/{release.name}"
-    card = render_model_card(
-        release.name,
-        summaries,
-        training,
-        dataset="multi30k",
-        reproduce=[
-            train_command(run_preset, run_dir),
-            f"vanilla-transformer release --run-dir {run_dir} --output-dir {release.name}" + release_flags,
-        ],
-    )
+    languages = language_flags(*data["languages"])
+    if "file" in data:  # the card's reader has the file under its own name, not at this machine's path
+        run_preset = run_preset | {"corpus": data["file"]}
+    reproduce = [
+        train_command(run_preset, run_dir, *data["languages"]),
+        f"vanilla-transformer release --run-dir {run_dir} --output-dir {release.name}{languages}" + release_flags,
+    ]
+    record = {
+        "results": {split: _summary(scores) for split, scores in results.items()},
+        "training": training,
+        "data": data,
+        "reproduce": reproduce,
+    } | ({"examples": examples} if examples else {})
+    card = card_from_release_record(release.name, record)
     with staged_folder(release, "release", "release", overwrite) as staging:
         for item in Path(final_dir).iterdir():
             if item.is_file() and not item.name.startswith("."):  # not the model folder's marker
                 shutil.copy2(item, staging / item.name)
-        (staging / "results.json").write_text(json.dumps({"results": summaries, "training": training}, indent=2) + "\n")
+        (staging / "results.json").write_text(json.dumps(record, indent=2) + "\n")
         card.save(staging / "README.md")
     return release

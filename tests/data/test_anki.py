@@ -2,7 +2,6 @@
 from the same text whatever the line order."""
 
 import hashlib
-import os
 import random
 from pathlib import Path
 
@@ -12,8 +11,6 @@ from vanilla_transformer.data.anki import load_anki, read_anki_pairs, split_indi
 from vanilla_transformer.data.corpora import load_corpus
 
 ATTRIBUTION = "CC-BY 2.0 (France) Attribution: tatoeba.org #{} (a) & #{} (b)"
-# the Tatoeba English-Mandarin file (manythings.org's cmn.txt): CI points at its copy beside the checkout
-TATOEBA = Path(os.environ.get("VANILLA_TRANSFORMER_TATOEBA") or "no-such-file")
 TATOEBA_SHA256 = "aa264a2447b26ab7c9d413f8321f9e2a779fd134b5118306b6e26a3499b3926e"
 
 
@@ -73,13 +70,9 @@ def test_bad_files_and_language_pairs_are_named(tmp_path):
         split_indices(read_anki_pairs(write_tsv(tmp_path / "small.txt", rows(30))))
 
 
-def test_the_tatoeba_english_mandarin_file_splits_27155_1000_1000():
-    if not TATOEBA.is_file():
-        if os.environ.get("VANILLA_TRANSFORMER_REQUIRE_DATA") == "1":
-            pytest.fail(f"VANILLA_TRANSFORMER_REQUIRE_DATA=1, but {TATOEBA} is no file", pytrace=False)
-        pytest.skip("no Tatoeba cmn.txt: set VANILLA_TRANSFORMER_TATOEBA=FILE (from manythings.org/anki/cmn-eng.zip)")
-    assert hashlib.sha256(TATOEBA.read_bytes()).hexdigest() == TATOEBA_SHA256
-    triples = read_anki_pairs(TATOEBA)
+def test_the_tatoeba_english_mandarin_file_splits_27155_1000_1000(tatoeba):
+    assert hashlib.sha256(tatoeba.read_bytes()).hexdigest() == TATOEBA_SHA256
+    triples = read_anki_pairs(tatoeba)
     splits = split_indices(triples)
     assert {name: len(indices) for name, indices in splits.items()} == {"train": 27155, "valid": 1000, "test": 1000}
     test = {triples[i][0] for i in splits["test"]} | {triples[i][1] for i in splits["test"]}
