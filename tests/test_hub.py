@@ -52,6 +52,7 @@ from vanilla_transformer.trainer import VanillaTransformerTrainer
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
+RELEASE_EN_ZH = REPO / "model_cards" / "vanilla-transformer-tatoeba-en-zh"
 SENTENCES = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
 STEPS = 150  # enough for German-looking output that differs from sentence to sentence
 # what save_pretrained, tokenizer.save_pretrained, a card and write_checksums leave in a folder: a push sends all of it
@@ -465,6 +466,17 @@ def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_war
     assert completed.stderr.strip() == "", completed.stderr[-3000:]  # no "[y/N]" prompt, no warning
     (translation,) = ast.literal_eval(completed.stdout.strip().splitlines()[-1])
     assert translation.startswith("Ein Hund")
+
+
+def test_the_en_zh_release_loads_by_repo_id_and_translates_as_the_folder(tmp_path):
+    """The English→Chinese release goes through the same round trip as the first: pushed over HTTP, downloaded by
+    repo id into an empty cache by a process without `vanilla_transformer`, and decoded there as here."""
+    repo_id = f"{HUB_USER}/{RELEASE_EN_ZH.name}"
+    push_folder(RELEASE_EN_ZH, repo_id)
+    sentences = ["I'm hungry.", "Where is the station?", "She reads a book every evening."]
+    (loaded,) = translate_without_package(sentences, [(repo_id, None)])
+    assert loaded == local_translations(RELEASE_EN_ZH, sentences)
+    assert all(any("\u4e00" <= char <= "\u9fff" for char in text) for text in loaded["texts"])  # Chinese out
 
 
 # -- a push sends only the model --------------------------------------------------------------------------------------

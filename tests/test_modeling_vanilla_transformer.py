@@ -726,3 +726,61 @@ def test_cached_decoding_generates_what_uncached_decoding_generates(batch, num_b
     cached = model.generate(**inputs, num_beams=num_beams, max_new_tokens=12)
     assert torch.equal(cached, model.generate(**inputs, num_beams=num_beams, max_new_tokens=12, use_cache=False))
     assert (cached[:, 1:-1] == EOS).any()
+
+
+# -- torch.compile under token batching ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo remembers, per function, which sizes it saw change: each test counts its compiles from a clean state."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiled_training_compiles_twice_for_every_batch_shape_token_batching_makes(builtin_tokenizer, fresh_dynamo):
+    """Token batches vary in size and length: compiled, the model is traced once for the first shape and once with
+    dynamic sizes after the second (torch's automatic dynamic shapes), then never again, and never breaks its graph
+    (one frame each time; a size turned into text while tracing, as an eagerly built error message was, breaks it)."""
+    from torch._dynamo.testing import CompileCounter
+
+    from vanilla_transformer.data.batching import TokenBudgetBatchSampler
+    from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
+
+    pairs, _ = tokenize_pairs(load_builtin("valid"), builtin_tokenizer, "en", "de", max_length=64)
+    batches = list(TokenBudgetBatchSampler.for_dataset(pairs, max_tokens=400))
+    collator = DataCollatorForSeq2Seq(builtin_tokenizer, label_pad_token_id=-100)
+    model = tiny_model(vocab_size=len(builtin_tokenizer), dropout=0.1).train()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    shapes, frames = set(), []
+    for batch in batches[:12]:
+        inputs = collator([{key: pairs[i][key] for key in ("input_ids", "attention_mask", "labels")} for i in batch])
+        shapes.add((*inputs["input_ids"].shape, inputs["labels"].shape[1]))
+        compiled(**inputs).loss.backward()
+        frames.append(counter.frame_count)
+    assert len(shapes) >= 8
+    assert frames[0] == 1 and frames[-1] == 2, frames
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_compiled_decoding_stops_recompiling_after_the_second_batch_shape(num_beams, fresh_dynamo):
+    from torch._dynamo.testing import CompileCounter
+
+    model = tiny_model().eval()
+    counter = CompileCounter()
+    model.forward = torch.compile(model.forward, backend=counter)
+    generator = torch.Generator().manual_seed(0)
+    frames = []
+    for batch_size, length in [(8, 12), (6, 17), (11, 9), (4, 23), (7, 14), (9, 5)]:
+        input_ids = torch.randint(3, VOCAB, (batch_size, length), generator=generator)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[0, -2:] = 0
+        model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=6, min_new_tokens=6
+        )
+        frames.append(counter.frame_count)
+    # the first step (no cache yet), the second (cross-attention cache being filled) and the rest: three graphs for
+    # the first shape, three dynamic ones after the second, none after
+    assert frames == [3] + [6] * 5, frames

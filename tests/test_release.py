@@ -1,5 +1,7 @@
-"""The released Multi30k checkpoint in `model_cards/`: loads with the Auto classes and scores what its card says."""
+"""The released checkpoints in `model_cards/` (Multi30k En→De, Tatoeba En→Zh): load with the Auto classes and score
+what their cards say."""
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,10 +20,12 @@ from vanilla_transformer.translation import translate
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
+RELEASE_EN_ZH = REPO / "model_cards" / "vanilla-transformer-tatoeba-en-zh"
 
 
-def test_release_folder_is_hub_ready():
-    names = {p.name for p in RELEASE.iterdir()}
+@pytest.mark.parametrize("release", [RELEASE, RELEASE_EN_ZH], ids=lambda path: path.name)
+def test_release_folder_is_hub_ready(release):
+    names = {p.name for p in release.iterdir()}
     expected = {
         "config.json",
         "generation_config.json",
@@ -31,22 +35,28 @@ def test_release_folder_is_hub_ready():
         *CODE_FILES,
     }
     assert expected <= names
-    assert (RELEASE / "model.safetensors").stat().st_size <= 20 * 2**20
+    assert (release / "model.safetensors").stat().st_size <= 20 * 2**20
     # the remote code users download is this checkout's, with its fixes (e.g. for transformers 5.24's `cache`)
     for name in CODE_FILES:
-        assert (RELEASE / name).read_text() == (REPO / "vanilla_transformer" / name).read_text(), (
-            f"{RELEASE.name}/{name} differs from vanilla_transformer/{name}: copy it over"
+        assert (release / name).read_text() == (REPO / "vanilla_transformer" / name).read_text(), (
+            f"{release.name}/{name} differs from vanilla_transformer/{name}: copy it over"
         )
-    config = json.loads((RELEASE / "config.json").read_text())
+    config = json.loads((release / "config.json").read_text())
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
     # the card's metadata parses with the Hub's own parser and carries the measured results
-    card = ModelCard.load(RELEASE / "README.md")
-    results = json.loads((RELEASE / "results.json").read_text())["results"]
+    card = ModelCard.load(release / "README.md")
+    record = json.loads((release / "results.json").read_text())
+    results = record["results"]
     reported = {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
-    for split in ("test2016", "test2017"):
-        assert reported[(split, "bleu")] == results[split]["tokenized_bleu"]
+    splits = [split for split in results if "[" not in split]
+    assert splits == (["test"] if "file" in record.get("data", {}) else ["test2016", "test2017"])
+    for split in splits:
+        tokenized = results[split].get("tokenized_bleu", "–")
         assert reported[(split, "sacrebleu")] == results[split]["sacrebleu"]
-        assert f"| {split} | {results[split]['tokenized_bleu']} | {results[split]['sacrebleu']} |" in card.text
+        assert reported.get((split, "bleu"), "–") == tokenized
+        assert f"| {split} | {tokenized} | {results[split]['sacrebleu']} | {results[split]['chrf']} |" in card.text
+    # the card is the one its results.json renders (a push without README.md gets the same)
+    assert card_for_folder(release).text == card.text
 
 
 def test_fifty_test2016_sentences_score_as_the_card_says(multi30k):
@@ -57,6 +67,22 @@ def test_fifty_test2016_sentences_score_as_the_card_says(multi30k):
     scores = score_translations(translate(model, tokenizer, sources), references, lowercase=lowercases(tokenizer))
     card = json.loads((RELEASE / "results.json").read_text())["results"][f"test2016[:{SMOKE_SENTENCES}]"]
     assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
+
+
+def test_fifty_tatoeba_test_sentences_score_as_the_en_zh_card_says(tatoeba):
+    from vanilla_transformer.release import ReleaseData
+
+    record = json.loads((RELEASE_EN_ZH / "results.json").read_text())
+    assert record["data"]["sha256"] == hashlib.sha256(tatoeba.read_bytes()).hexdigest()
+    tokenizer = AutoTokenizer.from_pretrained(RELEASE_EN_ZH)
+    model = AutoModelForSeq2SeqLM.from_pretrained(RELEASE_EN_ZH).eval()
+    sources, references = ReleaseData(corpus_file=tatoeba, source_lang="en", target_lang="zh").pairs("test")
+    translations = translate(model, tokenizer, sources[:SMOKE_SENTENCES])
+    scores = score_translations(translations, references[:SMOKE_SENTENCES], lang="zh")
+    card = record["results"][f"test[:{SMOKE_SENTENCES}]"]
+    assert "tok:zh" in scores["bleu"]["signature"] and card["signature"] == scores["bleu"]["signature"]
+    assert abs(scores["bleu"]["score"] - card["sacrebleu"]) <= 2.0
+    assert abs(scores["chrf"]["score"] - card["chrf"]) <= 2.0
 
 
 def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch):

@@ -115,10 +115,11 @@ def check_shape(tensor: torch.Tensor | None, expected: tuple, name: str, allow_4
     """Raise a `ValueError` naming the expected shape (masks may also be 4D, as prepared by the caller)."""
     if tensor is None or (allow_4d and tensor.dim() == 4):
         return
-    names = ", ".join(str(size) for size in expected)
     if tensor.dim() != len(expected) or any(
         isinstance(size, int) and actual != size for actual, size in zip(tensor.shape, expected, strict=True)
     ):
+        # formatted only here: under torch.compile with dynamic shapes, str() of a symbolic size breaks the graph
+        names = ", ".join(str(size) for size in expected)
         raise ValueError(f"{name} must have shape ({names}), got {tuple(tensor.shape)}.")
 
 
