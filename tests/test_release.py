@@ -272,7 +272,7 @@ def test_training_summary_counts_what_the_run_did(tmp_path):
     assert training["parameters"] == card["parameters"]
     assert (training["updates"], training["epochs"], training["wall_clock_hours"]) == (1400, 6.03, 2.5)
     assert training["averaged_checkpoints"] == ["checkpoint-1200", "checkpoint-1400"]
-    assert training["tokenized_bleu_on_valid_by_length_penalty"] == {"0.6": 1.5}
+    assert training["bleu_on_valid_by_length_penalty"] == {"0.6": 1.5} and training["valid_metric"] == "BLEU (tok)"
     length_penalty = json.loads((final / "generation_config.json").read_text())["length_penalty"]
     assert "1400 updates (6.0 epochs) in 2.5 h wall-clock on a test CPU" in training["summary"]
     assert (

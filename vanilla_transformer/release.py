@@ -40,6 +40,12 @@ class ReleaseData:
     def test_splits(self) -> tuple[str, ...]:
         return ("test",) if self.corpus_file else ("test2016", "test2017")
 
+    @property
+    def valid_metric(self) -> str:
+        """The BLEU that `tune_length_penalty` compares: Multi30k's tokenized BLEU, sacreBLEU where no tokenized
+        reference exists."""
+        return "sacreBLEU" if self.corpus_file else "BLEU (tok)"
+
     def evaluate(self, folder: str | Path, split: str, **kwargs) -> dict:
         """`evaluation.evaluate_model_on_split` on `split` of this data."""
         return evaluate_model_on_split(
@@ -164,10 +170,11 @@ def training_summary(
     status: str,
     train_hours: float | None = None,
     on_valid: dict[float, float] | None = None,
+    valid_metric: str = "BLEU (tok)",
 ) -> dict:
     """The card's account of how the averaged model in `final_dir` was trained: parameters, updates, epochs, time,
-    hardware, the averaged checkpoints, the length penalties tried on valid, and the hyperparameters (from the config
-    and `run_preset`, the run's `preset.json`, which the caller has read already).
+    hardware, the averaged checkpoints, the length penalties tried on valid (scored in `valid_metric`), and the
+    hyperparameters (from the config and `run_preset`, the run's `preset.json`, which the caller has read already).
 
     Without `train_hours` the time runs from the tokenizer's file to the last averaged checkpoint, which overstates a
     run resumed after a pause: give the sum of its stretches then."""
@@ -183,7 +190,7 @@ def training_summary(
     tuning = ""
     if on_valid:
         tuning = (
-            f" Length penalty α={generation['length_penalty']}, the best on valid (BLEU (tok) "
+            f" Length penalty α={generation['length_penalty']}, the best on valid ({valid_metric} "
             f"{', '.join(f'{alpha}: {bleu}' for alpha, bleu in on_valid.items())}); §6.1 chose its α on the "
             f"development set too."
         )
@@ -200,7 +207,8 @@ def training_summary(
         "wall_clock_hours": round(hours, 2),
         "hardware": hardware,
         "averaged_checkpoints": [path.name for path in averaged],
-        "tokenized_bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in (on_valid or {}).items()},
+        "valid_metric": valid_metric,
+        "bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in (on_valid or {}).items()},
         "hyperparameters": training_hyperparameters(config, run_preset, generation),
     }
 

@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> None:
     if args.length_penalties:
         on_valid = adopt_best_length_penalty(final, data, args.length_penalties)
     machine = args.hardware if args.hardware is not None else hardware()
-    training = training_summary(run_dir, preset, final, averaged, machine, args.status, args.train_hours, on_valid)
+    training = training_summary(
+        run_dir, preset, final, averaged, machine, args.status, args.train_hours, on_valid, data.valid_metric
+    )
     results, examples = evaluate_release(final, data)
     # the options that change the released model, for the card's reproduce line
     release_flags = (f" --last {args.last}" if args.last else "") + (
