@@ -163,6 +163,21 @@ def test_a_release_of_a_tsv_run_states_its_data_terms_languages_and_examples(tmp
     assert card_for_folder(release).text == card.text
 
 
+def test_the_card_explains_a_tokenizer_by_what_sacrebleu_would_pick():
+    from vanilla_transformer.hub import render_model_card
+
+    training = json.loads((RELEASE / "results.json").read_text())["training"]
+
+    def card(tokenizer: str, languages: tuple[str, str]) -> str:
+        scores = {"sacrebleu": 30.0, "chrf": 50.0, "signature": f"nrefs:1|case:mixed|eff:no|tok:{tokenizer}"}
+        return render_model_card("m", {"test": scores}, training, dataset="x", languages=languages).text
+
+    assert "which Japanese text has none of" in card("ja-mecab", ("en", "ja"))
+    overridden = card("intl", ("en", "de"))  # --bleu-tokenize intl for German: no claim about spaces
+    assert "sacreBLEU tokenizes with `intl`" in overridden and "none of" not in overridden
+    assert "tokeniz" not in card("13a", ("en", "de")).split("## Results")[1].split("| split")[0]
+
+
 def test_release_data_of_the_tatoeba_file_counts_its_splits_and_contributors(tatoeba):
     from vanilla_transformer.release import ReleaseData
 
