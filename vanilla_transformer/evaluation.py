@@ -21,7 +21,7 @@ import numpy as np
 import sacremoses
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
-from .data.corpora import load_corpus, read_lines, write_lines
+from .data.corpora import load_corpus, read_lines, sides, write_lines
 from .data.multi30k import multi30k_dir
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
@@ -236,8 +236,9 @@ def evaluate_model_on_split(
         if output_hypotheses is not None:
             inputs = [("the corpus file", corpus_file), ("the model folder", model_folder)]
             check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
-        pairs = load_corpus(str(corpus_file), split, source_lang, target_lang)["translation"]
-        sources, references = [p[source_lang] for p in pairs], [p[target_lang] for p in pairs]
+        sources, references = sides(
+            load_corpus(str(corpus_file), split, source_lang, target_lang), source_lang, target_lang
+        )
         references_path, tokenized_references_path, tokenized_references = f"{corpus_file} ({split})", None, None
     else:
         data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))

@@ -13,7 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import checkpoint_step
 from .data.anki import ATTRIBUTION, SPLITS
-from .data.corpora import load_corpus, read_lines
+from .data.corpora import load_corpus, read_lines, sides
 from .data.multi30k import multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
 from .hub import card_from_release_record, training_hyperparameters
@@ -61,8 +61,8 @@ class ReleaseData:
     def pairs(self, split: str) -> tuple[list[str], list[str]]:
         """The sources and references of `split`."""
         if self.corpus_file:
-            pairs = load_corpus(str(self.corpus_file), split, self.source_lang, self.target_lang)["translation"]
-            return [pair[self.source_lang] for pair in pairs], [pair[self.target_lang] for pair in pairs]
+            corpus = load_corpus(str(self.corpus_file), split, self.source_lang, self.target_lang)
+            return sides(corpus, self.source_lang, self.target_lang)
         folder = multi30k_dir(self.data_dir, languages=(self.source_lang, self.target_lang))
         return read_lines(folder / f"{split}.{self.source_lang}"), read_lines(folder / f"{split}.{self.target_lang}")
 

@@ -12,7 +12,7 @@ from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase, Seq2Se
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
-from .data.corpora import load_corpus, tokenize_pairs
+from .data.corpora import load_corpus, sides, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .optimization import label_smoothed_loss, peak_learning_rate
@@ -40,9 +40,8 @@ def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, targ
     folder = output_dir / "tokenizer"
     if (folder / "tokenizer.json").is_file():
         return load_tokenizer(folder)
-    pairs = train_corpus["translation"]
-    texts = [pair[source_lang] for pair in pairs] + [pair[target_lang] for pair in pairs]
-    tokenizer = train_joint_bpe(texts, vocab_size=preset.vocab_size, lowercase=preset.lowercase)
+    sources, targets = sides(train_corpus, source_lang, target_lang)
+    tokenizer = train_joint_bpe(sources + targets, vocab_size=preset.vocab_size, lowercase=preset.lowercase)
     # a run killed while saving leaves no half-written tokenizer to reuse; the run's own folder: replaced freely
     with staged_folder(folder, "tokenizer", "train", overwrite=True) as staging:
         save_tokenizer(tokenizer, staging)

@@ -177,13 +177,18 @@ class FilterReport:
         )
 
 
+def sides(dataset: Dataset, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
+    """The source and the target sentences of a `translation` dataset, in order."""
+    pairs = dataset["translation"]
+    return [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
+
+
 def tokenize_pairs(
     dataset: Dataset, tokenizer, source_lang: str, target_lang: str, max_length: int
 ) -> tuple[Dataset, FilterReport]:
     """Tokenize both sides (`input_ids`, `attention_mask`, `labels`) and drop pairs with an empty side or with more
     than `max_length` tokens on a side, counting each kind in the returned report."""
-    sources = [pair[source_lang] for pair in dataset["translation"]]
-    targets = [pair[target_lang] for pair in dataset["translation"]]
+    sources, targets = sides(dataset, source_lang, target_lang)
     # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
     encoded = tokenizer(sources, text_target=targets, split_special_tokens=True)
     report = FilterReport()
