@@ -258,8 +258,9 @@ def train_no_trainer(
     valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
 
     learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
-    # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9, no weight decay
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate, betas=(0.9, 0.98), eps=1e-9)
+    # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9, no weight decay; fused where torch has the kernel (as the Trainer)
+    fused = accelerator.device.type in ("cpu", "cuda")
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate, betas=(0.9, 0.98), eps=1e-9, fused=fused)
     scheduler = paper_schedule(optimizer, preset.warmup_steps)
     model, optimizer, train_loader, valid_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, valid_loader, scheduler
