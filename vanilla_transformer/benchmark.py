@@ -35,6 +35,7 @@ from transformers import CompileConfig, GenerationConfig, MarianConfig, MarianMT
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
+from .optimization import paper_adam
 
 PAD, BOS, EOS = 0, 1, 2
 MODELS = ("vanilla", "marian", "torch")
@@ -204,11 +205,10 @@ def _synchronize(device: torch.device) -> None:
 
 
 def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) -> Callable[[], None]:
-    """One forward + backward + Adam step on `batch` (mixed precision by autocast when `dtype` is not float32);
-    Adam is fused where torch has the kernel, as in training."""
+    """One forward + backward + Adam step on `batch` (mixed precision by autocast when `dtype` is not float32),
+    with training's Adam (`paper_adam`)."""
     device = next(model.parameters()).device
-    fused = device.type in ("cpu", "cuda")
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    optimizer = paper_adam(model.parameters(), 1e-4, device)
     model.train()
 
     def step() -> None:

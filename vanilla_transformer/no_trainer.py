@@ -26,7 +26,7 @@ from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remo
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
-from .optimization import label_smoothed_loss, paper_schedule, peak_learning_rate
+from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
 from .outputs import (
     STAGED_SUFFIX,
     begin_staged_folder,
@@ -258,9 +258,7 @@ def train_no_trainer(
     valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
 
     learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
-    # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9, no weight decay; fused where torch has the kernel (as the Trainer)
-    fused = accelerator.device.type in ("cpu", "cuda")
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
     scheduler = paper_schedule(optimizer, preset.warmup_steps)
     model, optimizer, train_loader, valid_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, valid_loader, scheduler
