@@ -175,7 +175,7 @@ def test_no_trainer_resume_with_load_state_reproduces_the_uninterrupted_run(tmp_
     launch("train_no_trainer.py", 2, *args, "--output-dir", str(resumed))
     assert_same_weights(straight / "final", resumed / "final")
     # Adam ran as torch's fused kernel, as in the Trainer
-    state = torch.load(resumed / "checkpoint-5" / "optimizer.bin", weights_only=True)
+    state = torch.load(straight / "checkpoint-5" / "optimizer.bin", weights_only=True)
     assert state["param_groups"][0]["fused"] is True
     first, second = no_trainer_log(straight)["losses"], no_trainer_log(resumed)["losses"]
     assert len(first) == len(second) == 7

@@ -1,11 +1,15 @@
-"""The paper's optimization (§5.3, §5.4), shared by `VanillaTransformerTrainer` and the plain accelerate loop: the
-learning-rate schedule and the label-smoothed loss, exact under gradient accumulation."""
+"""The paper's optimization (§5.3, §5.4), shared by `VanillaTransformerTrainer` and the plain accelerate loop: Adam,
+the learning-rate schedule and the label-smoothed loss, exact under gradient accumulation."""
 
 import math
 
 import torch
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
+
+# §5.3's Adam, for both training loops (the Trainer's arguments and `paper_adam`)
+ADAM_BETAS = (0.9, 0.98)
+ADAM_EPSILON = 1e-9
 
 
 def peak_learning_rate(d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
@@ -17,7 +21,7 @@ def paper_adam(parameters, learning_rate: float, device: torch.device) -> torch.
     """§5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9, no weight decay; torch's fused kernel where it has one (CPU,
     CUDA), as the Trainer's `adamw_torch_fused`: a base model's step takes 26 ms instead of 120 on 2 CPU threads."""
     fused = torch.device(device).type in ("cpu", "cuda")
-    return torch.optim.Adam(parameters, lr=learning_rate, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    return torch.optim.Adam(parameters, lr=learning_rate, betas=ADAM_BETAS, eps=ADAM_EPSILON, fused=fused)
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:

@@ -15,7 +15,7 @@ from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import load_corpus, sides, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .optimization import label_smoothed_loss, peak_learning_rate
+from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .outputs import check_not_an_input, check_output_folder, corpus_location, staged_folder
 from .presets import TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
@@ -196,9 +196,9 @@ def train(
         # with weight_decay=0, AdamW is the paper's Adam; the fused kernel (transformers' own default on torch >= 2.8)
         # takes a base model's Adam step from 120 to 26 ms on 2 CPU threads (docs/speed.md)
         optim="adamw_torch_fused",
-        adam_beta1=0.9,
-        adam_beta2=0.98,
-        adam_epsilon=1e-9,
+        adam_beta1=ADAM_BETAS[0],
+        adam_beta2=ADAM_BETAS[1],
+        adam_epsilon=ADAM_EPSILON,
         weight_decay=0.0,
         max_grad_norm=max_grad_norm,  # 0: the paper clips nothing
         # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
