@@ -16,6 +16,9 @@ command name, shows it); 1 anything else, a bug, with its traceback.
 
 import argparse
 import errno
+import os
+import pickle
+import re
 import sys
 import traceback
 from importlib import import_module
@@ -53,8 +56,12 @@ USER_ERROR_STATUS = 2
 DEBUG_HELP = "on an error, show its traceback too (for a bug report)"
 # errors of the operating system about a path given: a file or folder missing, of the wrong kind, or not permitted
 PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-# a full disk or quota, or a read-only file system: outputs are staged, so the destination is as it was
-STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+# a full disk or quota, a file-size limit, or a read-only file system: outputs are staged, so the destination is as
+# it was
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+# how libraries that write files in Rust or C++ (safetensors, torch.save) report a full disk: no OSError reaches us
+OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")
+WRITE_FAILED = re.compile(r"file write failed|No space left on device")
 
 
 def _set_up(parser: argparse.ArgumentParser, command: ModuleType) -> None:
@@ -85,6 +92,52 @@ def _raised_by_this_package(error: BaseException) -> bool:
     return frame is not None and frame.tb_frame.f_globals.get("__name__", "").split(".")[0] == __package__
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from or while handling, outermost first."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _storage_error(error: BaseException) -> str | None:
+    """The one line for a write that failed on a full disk, a quota or size limit or a read-only file system,
+    wherever in `error`'s chain it shows: an `OSError`, or the message of a library that writes in native code
+    (safetensors' `(os error 28)`, torch.save's `file write failed`, which gives no cause)."""
+    for link in _chain(error):
+        if isinstance(link, OSError) and link.errno in STORAGE_ERRNOS:
+            where = f" writing {link.filename}" if link.filename else ""
+            return f"error: {link.strerror or link}{where}: free space (or choose another disk); what was there is kept"
+        number = OS_ERROR_NUMBER.search(str(link))
+        if number and int(number.group(1)) in STORAGE_ERRNOS:
+            cause = os.strerror(int(number.group(1)))
+        elif not number and WRITE_FAILED.search(str(link)):
+            cause = "a file could not be written (is the disk full?)"
+        else:
+            continue
+        return f"error: {cause}: free space (or choose another disk); what was there is kept"
+    return None
+
+
+def _refused_pickle(error: BaseException) -> str | None:
+    """The one line for a pickle that `torch.load(weights_only=True)` refused (a checkpoint's optimizer.pt or
+    rng_state.pth holding objects other than tensors: code, perhaps hostile), naming the file it was reading."""
+    if not (isinstance(error, pickle.UnpicklingError) and "weights_only" in str(error)):
+        return None
+    frame, path = error.__traceback__, None
+    while frame is not None:  # the innermost torch.load names the file
+        if frame.tb_frame.f_code.co_name == "load" and "torch" in frame.tb_frame.f_code.co_filename:
+            candidate = frame.tb_frame.f_locals.get("f")
+            path = candidate if isinstance(candidate, str | bytes) or hasattr(candidate, "__fspath__") else path
+        frame = frame.tb_next
+    name = f"{path} holds" if path is not None else "a checkpoint file holds"
+    return (
+        f"error: {name} pickled objects other than tensors, so it was refused and never run: if no run of yours "
+        f"wrote it, delete that checkpoint and resume from an earlier one (or start a new --output-dir)"
+    )
+
+
 def user_error_message(error: BaseException) -> str | None:
     """The one line `error: ...` for an exception that tells the user what to change, or None for a bug.
 
@@ -97,9 +150,9 @@ def user_error_message(error: BaseException) -> str | None:
         return f"error: {type(error).__name__}: {error}"
     if isinstance(error, PATH_ERRORS) and error.filename is not None and error.strerror:
         return f"error: {error.filename}: {error.strerror}"
-    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-        where = f" writing {error.filename}" if error.filename else ""
-        return f"error: {error.strerror or error}{where}: free space (or choose another disk); what was there is kept"
+    message = _storage_error(error) or _refused_pickle(error)
+    if message:
+        return message
     if isinstance(error, StrictDataclassError) and error.__cause__ is not None:
         from .loading import config_error_message
 

@@ -33,7 +33,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from .generation_vanilla_transformer import gnmt_length_penalty
 from .loading import ModelFolderError, load_model_and_tokenizer
 from .modeling_vanilla_transformer import sinusoidal_position_encoding
-from .outputs import staged_folder
+from .outputs import check_not_an_input, check_output_folder, staged_folder
 
 # the weight types CTranslate2 converts to (`ctranslate2.converters.Converter.convert`)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
@@ -218,7 +218,11 @@ def export_ctranslate2(
     """Export the model folder `model_dir` (checked and loaded as every command loads it) to a CTranslate2 model in
     `output_dir`, with weights in `quantization`, the tokenizer under `tokenizer/`, the decoding settings of its
     generation config and what it was exported from in `export_info.json`, and a README. `output_dir` is written
-    beside its place and replaces it whole, as every output of ours (`outputs.staged_folder`)."""
+    beside its place and replaces it whole, as every output of ours (`outputs.staged_folder`). An `output_dir` that
+    is, holds or lies inside `model_dir` (through links too) is refused before any work, `overwrite` or not."""
+    local = Path(model_dir).expanduser()
+    check_not_an_input(output_dir, [("MODEL_DIR", local if local.is_dir() else None)], flag="OUTPUT_DIR")
+    check_output_folder(output_dir, "ctranslate2", overwrite, flag="OUTPUT_DIR")
     ctranslate2 = import_ctranslate2()
     model, tokenizer = load_model_and_tokenizer(model_dir)
     config = model.config

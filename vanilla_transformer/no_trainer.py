@@ -10,6 +10,7 @@ N processes with batches of b pairs give exactly the update of one process with 
 
 import json
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from .outputs import (
 )
 from .presets import TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
-from .training import build_model, check_run_folder, load_corpora_and_tokenizer
+from .training import build_model, check_run_folder, load_corpora_and_tokenizer, run_lock
 
 LOG_FILE = "train_log.json"
 # the middle of the fixed hidden name the final model is written under (`save_final_model`)
@@ -204,6 +205,8 @@ def train_no_trainer(
         log_steps=log_steps,
         max_grad_norm=max_grad_norm,
         threads=threads,
+        # left out, accelerate takes it from its launcher (which passes it on in this variable) or config
+        mixed_precision=mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION"),
     )
     # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
     check_run_folder(preset, output_dir, overwrite)
@@ -221,148 +224,149 @@ def train_no_trainer(
     if threads:
         torch.set_num_threads(threads)
     set_seed(seed)
-    if accelerator.is_main_process:
-        remove_stale_staging(output)  # checkpoints a killed run left half-written
-    record_run_preset(output, preset, resume, write=accelerator.is_main_process)
-
-    train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
-        accelerator.state, preset, source_lang, target_lang, output
-    )
-    if train_samples:
-        train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
-    if eval_samples:
-        valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
-    train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-    valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-    accelerator.print(f"train: {train_report}\nvalid: {valid_report}")
-    check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
-
-    model = build_model(preset, tokenizer)
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
-    tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
-    if per_device_batch_size:
-        # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
-        sampler = None
-        train_loader = DataLoader(train_set, batch_size=per_device_batch_size, shuffle=True, collate_fn=collator)
-        tokens_per_batch = per_device_batch_size * tokens / len(train_set)
-    else:
-        # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
-        # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
-        sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
-        train_loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=collator)
-        tokens_per_batch = sampler.tokens_per_batch()
-    accumulation = gradient_accumulation_steps or accumulation_steps(
-        preset.tokens_per_update, tokens_per_batch * accelerator.num_processes
-    )
-    accelerator.gradient_accumulation_steps = accumulation
-    valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
-
-    learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
-    optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
-    scheduler = paper_schedule(optimizer, preset.warmup_steps)
-    model, optimizer, train_loader, valid_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, valid_loader, scheduler
-    )
-    accelerator.print(
-        f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train_set)} pairs, {tokens:,} tokens; "
-        f"{len(train_loader)} batches per process and epoch on {accelerator.num_processes} process(es); "
-        f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
-        f"{preset.warmup_steps}"
-    )
-
-    run = NoTrainerRun(output, output / "final")
-    updates = 0
-    checkpoint = list_checkpoints(output)[-1] if resume and output.is_dir() and list_checkpoints(output) else None
-    if checkpoint is not None:
-        accelerator.load_state(str(checkpoint))
-        updates = checkpoint_step(checkpoint)
-        if (output / LOG_FILE).is_file():
-            log = json.loads((output / LOG_FILE).read_text())
-            run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
-            run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
-        accelerator.print(f"resuming from {checkpoint}")
-    # the last update of an epoch takes the batches left over, however few
-    updates_per_epoch = math.ceil(len(train_loader) / accumulation)
-    epoch, updates_in_epoch = divmod(updates, updates_per_epoch)
-    smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
-
-    def write_log() -> None:
+    with run_lock(accelerator.state, output):  # one run at a time in a folder
         if accelerator.is_main_process:
-            log = {
-                "losses": run.losses,
-                "grad_norms": run.grad_norms,
-                "evaluations": run.evaluations,
-                "predictions": run.predictions,
-            }
-            write_text_atomic(output / LOG_FILE, json.dumps(log, indent=1) + "\n")
+            remove_stale_staging(output)  # checkpoints a killed run left half-written
+        record_run_preset(output, preset, resume, write=accelerator.is_main_process)
 
-    def validate() -> None:
-        hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)
-        scores = score_translations(hypotheses, references, lang=target_lang)
-        run.evaluations.append(
-            {"step": updates, "bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"], "n": len(hypotheses)}
+        train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
+            accelerator.state, preset, source_lang, target_lang, output
         )
-        run.predictions = hypotheses
-        accelerator.print(f"step {updates}: {run.evaluations[-1]}")
-        write_log()
+        if train_samples:
+            train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
+        if eval_samples:
+            valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
+        train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+        valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+        accelerator.print(f"train: {train_report}\nvalid: {valid_report}")
+        check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
 
-    start = time.perf_counter()
-    model.train()
-    # the loss and target tokens summed over the micro-batches of this process since the last update
-    summed = torch.zeros(2, device=accelerator.device)
-    while updates < preset.max_steps:
-        # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
-        train_loader.set_epoch(epoch)
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        loader = train_loader
-        if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
-            loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)
-            updates_in_epoch = 0
-        for batch in loader:
-            with accelerator.accumulate(model):
-                labels = batch.pop("labels")
-                outputs = model(**batch)
-                # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
-                loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
-                accelerator.backward(loss)
-                summed += torch.stack([loss.detach().float(), (labels != IGNORED_LABEL_ID).sum().float()])
-                if accelerator.sync_gradients:
-                    loss_sum, target_tokens = accelerator.reduce(summed, reduction="sum").tolist()
-                    # DDP averaged the gradients over the processes and accelerator.backward divided them by the
-                    # accumulation steps: undo both and divide by the update's target tokens (fairseq's scheme)
-                    scale = accelerator.num_processes * accumulation / target_tokens
-                    for parameter in model.parameters():
-                        if parameter.grad is not None:
-                            parameter.grad.mul_(scale)
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
-                optimizer.step()
-                if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
-                    scheduler.step()
-                optimizer.zero_grad()
-            if not accelerator.sync_gradients:
-                continue
-            updates += 1
-            summed.zero_()
-            run.losses.append(loss_sum / target_tokens)
-            run.grad_norms.append(float(grad_norm))
-            if updates % log_steps == 0:
-                accelerator.print(
-                    f"step {updates}: loss {run.losses[-1]:.4f}, grad norm {run.grad_norms[-1]:.3f}, "
-                    f"lr {scheduler.get_last_lr()[0]:.2e}, {target_tokens:.0f} target tokens"
-                )
-                write_log()
-            if updates % preset.eval_steps == 0 and updates < preset.max_steps:
-                validate()
-            if updates % preset.save_steps == 0:
-                save_checkpoint(accelerator, model, tokenizer, output / f"checkpoint-{updates}", preset.average_last)
-            if updates >= preset.max_steps:
-                break
-        epoch += 1
-    run.train_seconds = time.perf_counter() - start
+        model = build_model(preset, tokenizer)
+        collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
+        tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
+        if per_device_batch_size:
+            # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
+            sampler = None
+            train_loader = DataLoader(train_set, batch_size=per_device_batch_size, shuffle=True, collate_fn=collator)
+            tokens_per_batch = per_device_batch_size * tokens / len(train_set)
+        else:
+            # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
+            # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
+            sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
+            train_loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=collator)
+            tokens_per_batch = sampler.tokens_per_batch()
+        accumulation = gradient_accumulation_steps or accumulation_steps(
+            preset.tokens_per_update, tokens_per_batch * accelerator.num_processes
+        )
+        accelerator.gradient_accumulation_steps = accumulation
+        valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
 
-    validate()
-    save_final_model(accelerator, model, tokenizer, run.final_dir)
-    accelerator.print(f"final model: {run.final_dir}")
-    accelerator.end_training()
-    return run
+        learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
+        optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
+        scheduler = paper_schedule(optimizer, preset.warmup_steps)
+        model, optimizer, train_loader, valid_loader, scheduler = accelerator.prepare(
+            model, optimizer, train_loader, valid_loader, scheduler
+        )
+        accelerator.print(
+            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train_set)} pairs, {tokens:,} tokens; "
+            f"{len(train_loader)} batches per process and epoch on {accelerator.num_processes} process(es); "
+            f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
+            f"{preset.warmup_steps}"
+        )
+
+        run = NoTrainerRun(output, output / "final")
+        updates = 0
+        checkpoint = list_checkpoints(output)[-1] if resume and output.is_dir() and list_checkpoints(output) else None
+        if checkpoint is not None:
+            accelerator.load_state(str(checkpoint))
+            updates = checkpoint_step(checkpoint)
+            if (output / LOG_FILE).is_file():
+                log = json.loads((output / LOG_FILE).read_text())
+                run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
+                run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
+            accelerator.print(f"resuming from {checkpoint}")
+        # the last update of an epoch takes the batches left over, however few
+        updates_per_epoch = math.ceil(len(train_loader) / accumulation)
+        epoch, updates_in_epoch = divmod(updates, updates_per_epoch)
+        smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
+
+        def write_log() -> None:
+            if accelerator.is_main_process:
+                log = {
+                    "losses": run.losses,
+                    "grad_norms": run.grad_norms,
+                    "evaluations": run.evaluations,
+                    "predictions": run.predictions,
+                }
+                write_text_atomic(output / LOG_FILE, json.dumps(log, indent=1) + "\n")
+
+        def validate() -> None:
+            hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)
+            scores = score_translations(hypotheses, references, lang=target_lang)
+            bleu, chrf = scores["bleu"]["score"], scores["chrf"]["score"]
+            run.evaluations.append({"step": updates, "bleu": bleu, "chrf": chrf, "n": len(hypotheses)})
+            run.predictions = hypotheses
+            accelerator.print(f"step {updates}: {run.evaluations[-1]}")
+            write_log()
+
+        start = time.perf_counter()
+        model.train()
+        # the loss and target tokens summed over the micro-batches of this process since the last update
+        summed = torch.zeros(2, device=accelerator.device)
+        while updates < preset.max_steps:
+            # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
+            train_loader.set_epoch(epoch)
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            loader = train_loader
+            if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
+                loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)
+                updates_in_epoch = 0
+            for batch in loader:
+                with accelerator.accumulate(model):
+                    labels = batch.pop("labels")
+                    outputs = model(**batch)
+                    # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
+                    loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
+                    accelerator.backward(loss)
+                    summed += torch.stack([loss.detach().float(), (labels != IGNORED_LABEL_ID).sum().float()])
+                    if accelerator.sync_gradients:
+                        loss_sum, target_tokens = accelerator.reduce(summed, reduction="sum").tolist()
+                        # DDP averaged the gradients over the processes and accelerator.backward divided them by the
+                        # accumulation steps: undo both and divide by the update's target tokens (fairseq's scheme)
+                        scale = accelerator.num_processes * accumulation / target_tokens
+                        for parameter in model.parameters():
+                            if parameter.grad is not None:
+                                parameter.grad.mul_(scale)
+                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
+                    optimizer.step()
+                    if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+                        scheduler.step()
+                    optimizer.zero_grad()
+                if not accelerator.sync_gradients:
+                    continue
+                updates += 1
+                summed.zero_()
+                run.losses.append(loss_sum / target_tokens)
+                run.grad_norms.append(float(grad_norm))
+                if updates % log_steps == 0:
+                    accelerator.print(
+                        f"step {updates}: loss {run.losses[-1]:.4f}, grad norm {run.grad_norms[-1]:.3f}, "
+                        f"lr {scheduler.get_last_lr()[0]:.2e}, {target_tokens:.0f} target tokens"
+                    )
+                    write_log()
+                if updates % preset.eval_steps == 0 and updates < preset.max_steps:
+                    validate()
+                if updates % preset.save_steps == 0:
+                    folder = output / f"checkpoint-{updates}"
+                    save_checkpoint(accelerator, model, tokenizer, folder, preset.average_last)
+                if updates >= preset.max_steps:
+                    break
+            epoch += 1
+        run.train_seconds = time.perf_counter() - start
+
+        validate()
+        save_final_model(accelerator, model, tokenizer, run.final_dir)
+        accelerator.print(f"final model: {run.final_dir}")
+        accelerator.end_training()
+        return run

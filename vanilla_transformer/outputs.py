@@ -18,12 +18,20 @@ Every command that writes follows three rules:
    atomically whatever they held, once the new content is complete.
 
 A refusal raises `OutputError`, one line naming both paths and the fix.
+
+A hidden staging name carries the host and process that write it (`.<name>-<host>-<pid>-<random>.staged`), so that
+the next run into the same place removes what a killed run left (`remove_abandoned_staging`) and never what a live one
+is writing. A training run locks its folder for as long as it runs (`hold_lock`): a second run into the same folder is
+refused in one line instead of racing the first for its checkpoints.
 """
 
+import errno
 import json
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
@@ -230,12 +238,79 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
+def _writer_tag() -> str:
+    """This process as a staging name carries it: host and process id, so a later run can tell a live writer's
+    staging from a killed one's."""
+    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:24] or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_abandoned_staging(destination: PathLike) -> list[Path]:
+    """Remove the hidden staged and replaced copies of `destination` (beside it) that a killed command left: those
+    whose writer, named in the hidden name (`_writer_tag`), ran on this host and is gone, and those of older versions
+    that named no writer. A live writer's, or one on another host (a shared disk), is kept. Returns what it removed,
+    each logged."""
+    destination = Path(destination)
+    folder = destination.parent
+    if not folder.is_dir():
+        return []
+    host = _writer_tag().rsplit("-", 1)[0]
+    pattern = re.compile(
+        rf"^\.{re.escape(destination.name)}-(?:([A-Za-z0-9]+)-(\d+)-)?[0-9a-z_]+"
+        rf"({re.escape(STAGED_SUFFIX)}|{re.escape(REPLACED_SUFFIX)})(\.\w+)?$"
+    )
+    removed = []
+    for path in folder.iterdir():
+        match = pattern.match(path.name)
+        if not match:
+            continue
+        writer_host, pid = match.group(1), match.group(2)
+        if writer_host is not None and (writer_host != host or _process_alive(int(pid))):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        logger.warning("removed %s, left by a run that was killed while writing %s", path, destination)
+        removed.append(path)
+    return removed
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The folders above `path` that do not exist yet, innermost first: those a write creates and, failing, removes."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove each of `folders` (innermost first) that is empty: the folders a failed write created, and only them."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def _replace_folder(staging: Path, destination: Path) -> None:
     """Move `staging` to `destination`: the old destination is renamed aside first and deleted only once the new
     folder is in place; if the second rename fails, it is put back."""
     replaced = None
     if os.path.lexists(destination):
-        replaced = destination.with_name(f".{destination.name}-{uuid.uuid4().hex[:8]}{REPLACED_SUFFIX}")
+        replaced = destination.with_name(f".{destination.name}-{_writer_tag()}-{uuid.uuid4().hex[:8]}{REPLACED_SUFFIX}")
         os.rename(destination, replaced)
     try:
         os.rename(staging, destination)
@@ -253,11 +328,14 @@ def _replace_folder(staging: Path, destination: Path) -> None:
 
 def begin_staged_folder(destination: PathLike, name: str | None = None) -> Path:
     """Create the hidden folder beside `destination` that `publish_staged_folder` later moves into place; `name`
-    gives it a fixed name (processes of one distributed run must agree on it; a leftover is removed first)."""
+    gives it a fixed name (processes of one distributed run must agree on it; a leftover is removed first). What
+    killed runs left beside `destination` is removed first (`remove_abandoned_staging`)."""
     destination = real_path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_staging(destination)
     if name is None:
-        return Path(tempfile.mkdtemp(prefix=f".{destination.name}-", suffix=STAGED_SUFFIX, dir=destination.parent))
+        prefix = f".{destination.name}-{_writer_tag()}-"
+        return Path(tempfile.mkdtemp(prefix=prefix, suffix=STAGED_SUFFIX, dir=destination.parent))
     staging = destination.parent / name
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -290,14 +368,17 @@ def staged_folder(
 ) -> Iterator[Path]:
     """A hidden scratch folder beside `destination` that replaces it, marked as `kind` written by `command`, only
     when the block completes; on an error it is removed and `destination` is untouched. A destination the command
-    may not replace (`check_output_folder`) is refused on entry, before the block runs."""
+    may not replace (`check_output_folder`) is refused on entry, before the block runs; the folders above
+    `destination` that it created are removed again when the block fails."""
     check_output_folder(destination, kind, overwrite, flag)
+    created = _missing_parents(real_path(destination))
     staging = begin_staged_folder(destination)
     try:
         yield staging
         publish_staged_folder(staging, destination, kind, command, overwrite, flag)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        _remove_if_empty(created)  # stops at the first folder not empty: after a success, the one holding the output
 
 
 @contextmanager
@@ -305,19 +386,28 @@ def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "")
     """A hidden path beside `destination` for the block to write; it replaces `destination` (`os.replace`, with the
     old file's permissions) only when the block completes, and is removed on an error, leaving `destination` as it
     was. A device or pipe (`/dev/stdout`) has nothing to replace: the block writes to it directly. `suffix` ends the
-    hidden name, for writers that choose the format by it (`.png`)."""
+    hidden name, for writers that choose the format by it (`.png`). Folders the write creates above `destination`
+    are removed again when it fails, and staged copies that killed runs left beside it are removed first."""
     path = real_path(destination)  # a symlink keeps pointing at the new file
     if path.is_dir():
         raise OutputError(f"{flag} {destination} is a folder: give the path of a file to write.")
     if path.exists() and not path.is_file():
         yield path
         return
+    created = _missing_parents(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}-", suffix=STAGED_SUFFIX + suffix, dir=path.parent)
+    remove_abandoned_staging(path)
+    prefix = f".{path.name}-{_writer_tag()}-"
+    descriptor, name = tempfile.mkstemp(prefix=prefix, suffix=STAGED_SUFFIX + suffix, dir=path.parent)
     os.close(descriptor)
     staging = Path(name)
     try:
-        yield staging
+        try:
+            yield staging
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            _remove_if_empty(created)
+            raise
         _fsync_file(staging)
         if path.is_file():
             shutil.copymode(path, staging)
@@ -334,6 +424,33 @@ def write_text_atomic(path: PathLike, text: str, flag: str = "--output") -> Path
     with staged_file(path, flag) as staging:
         staging.write_text(text, encoding="utf-8", newline="\n")
     return Path(path)
+
+
+@contextmanager
+def hold_lock(folder: PathLike, flag: str = "--output-dir") -> Iterator[None]:
+    """Hold an exclusive advisory lock (`flock`) on `folder` itself while the block runs, released by the kernel
+    when the process ends, however it ends; the folder gains no file. A folder another process holds raises
+    `OutputError`, so two runs never write into one folder at once. Where the platform has no `flock` (Windows),
+    nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise OutputError(
+                f"{flag} {folder} is in use: another run is training in it now. Wait for that run to end (or stop "
+                f"it), or give {flag} another folder."
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def staged_leftovers(folder: PathLike) -> list[Path]:

@@ -61,6 +61,13 @@ def flag(name: str, value: object) -> str:
     return f"--{name.replace('_', '-')} {value}"
 
 
+def fp16_available() -> bool:
+    """Whether this machine has a device that trains in float16 mixed precision (CUDA, or Apple's MPS)."""
+    import torch
+
+    return torch.cuda.is_available() or torch.backends.mps.is_available()
+
+
 def trainer_checkpoint_steps(
     max_steps: int, save_steps: int, existing: Iterable[int] = (), resume_step: int = 0
 ) -> list[int]:
@@ -89,14 +96,22 @@ def check_settings(
     log_steps: int = 1,
     max_grad_norm: float = 0.0,
     threads: int | None = None,
+    mixed_precision: str | None = None,
 ) -> None:
     """Raise a `SettingsError` for every setting of `preset` and of the training function's own options that
     cannot finish as asked; needs neither the corpus nor a process group.
 
     `averages_checkpoints`: the run averages its last `preset.average_last` checkpoints at the end (`training.train`),
     so it must write or find that many: `output_dir`'s checkpoints count when `resume`. A folder that holds another
-    run raises `record_run_preset`'s `ValueError`. Options left at `None` were not given."""
+    run raises `record_run_preset`'s `ValueError`. Options left at `None` were not given; `mixed_precision` is
+    "fp16", "bf16" or "no"/None."""
     problems = []
+    if mixed_precision == "fp16" and not fp16_available():
+        # transformers' Trainer and accelerate both train in float32 then, without a word
+        problems.append(
+            "--fp16: float16 mixed precision needs a CUDA or MPS device, and this machine has neither (on a CPU the "
+            "run would train in float32 without saying so); use --bf16 on a CPU, or leave the flag out."
+        )
     counts = {field: getattr(preset, field) for field in PRESET_COUNTS}
     options = {
         "per_device_batch_size": per_device_batch_size,

@@ -2,6 +2,8 @@
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
 import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from .data.corpora import load_corpus, sides, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
-from .outputs import check_not_an_input, check_output_folder, corpus_location, staged_folder
+from .outputs import OutputError, check_not_an_input, check_output_folder, corpus_location, hold_lock, staged_folder
 from .presets import TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
 from .tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
@@ -61,6 +63,27 @@ def check_run_folder(preset: TrainingPreset, output_dir: str | Path, overwrite: 
     recognised = ("preset.json", "tokenizer/tokenizer.json")
     if check_output_folder(output, "training-run", overwrite, recognised_by=recognised, overwrite_does="train there"):
         logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", output)
+
+
+@contextmanager
+def run_lock(state: PartialState, output_dir: Path) -> Iterator[None]:
+    """Hold the run folder's lock (`outputs.hold_lock`) while the block runs: the main process takes it, and every
+    process of the run learns whether it could, so that a second run started into the same folder stops on all its
+    processes, in one line, before it writes anything, instead of racing the first for its checkpoints."""
+    with ExitStack() as lock:
+        refusal = None
+        if state.is_main_process:
+            try:
+                lock.enter_context(hold_lock(output_dir))
+            except OutputError as error:
+                refusal = str(error)
+        if state.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            refusal = broadcast_object_list([refusal])[0]
+        if refusal:
+            raise OutputError(refusal)
+        yield
 
 
 def load_corpora_and_tokenizer(
@@ -149,6 +172,7 @@ def train(
         log_steps=log_steps,
         max_grad_norm=max_grad_norm,
         threads=threads,
+        mixed_precision="bf16" if bf16 else "fp16" if fp16 else None,
     )
     # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
     check_run_folder(preset, output_dir, overwrite)
@@ -160,93 +184,96 @@ def train(
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
     world_size, is_main_process = state.num_processes, state.is_main_process
-    record_run_preset(output, preset, resume, write=is_main_process)
+    with run_lock(state, output):  # one run at a time in a folder
+        record_run_preset(output, preset, resume, write=is_main_process)
 
-    train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(state, preset, source_lang, target_lang, output)
-    if eval_samples:
-        valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
-    train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-    valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-    print(f"train: {train_report}\nvalid: {valid_report}")
-    check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
-
-    model = build_model(preset, tokenizer)
-    parameters = sum(p.numel() for p in model.parameters())
-    tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
-    # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
-    if per_device_batch_size:  # the Trainer's batches of pairs: max_tokens plays no part
-        tokens_per_batch = per_device_batch_size * tokens / len(train_set)
-        batches = f"batches of {per_device_batch_size} pairs"
-    else:
-        sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
-        tokens_per_batch = sampler.tokens_per_batch()
-        batches = (
-            f"{len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on average, "
-            f"padding {sampler.padding_share():.1%})"
+        train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
+            state, preset, source_lang, target_lang, output
         )
-    # each of the processes contributes its batches to an update
-    accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * world_size)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(output),
-        report_to=[report_to] if report_to != "none" else [],
-        max_steps=preset.max_steps,
-        per_device_eval_batch_size=128,
-        gradient_accumulation_steps=accumulation,
-        learning_rate=peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor),
-        # with weight_decay=0, AdamW is the paper's Adam; the fused kernel (transformers' own default on torch >= 2.8)
-        # takes a base model's Adam step from 120 to 26 ms on 2 CPU threads (docs/speed.md)
-        optim="adamw_torch_fused",
-        adam_beta1=ADAM_BETAS[0],
-        adam_beta2=ADAM_BETAS[1],
-        adam_epsilon=ADAM_EPSILON,
-        weight_decay=0.0,
-        max_grad_norm=max_grad_norm,  # 0: the paper clips nothing
-        # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
-        # loss by the process count, which DDP's gradient averaging cancels)
-        average_tokens_across_devices=True,
-        per_device_train_batch_size=per_device_batch_size or 8,  # the Trainer's default; token batches ignore it
-        bf16=bf16,
-        fp16=fp16,
-        logging_steps=log_steps,
-        eval_strategy="steps",
-        eval_steps=preset.eval_steps,
-        save_strategy="steps",
-        save_steps=preset.save_steps,
-        save_total_limit=max(preset.average_last, 1),
-        predict_with_generate=True,
-        generation_num_beams=eval_beams,
-        generation_max_length=preset.max_length + 50,
-        seed=seed,
-        disable_tqdm=not progress,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    trainer = VanillaTransformerTrainer(
-        model=model,
-        args=args,
-        train_dataset=train_set,
-        eval_dataset=valid_set,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        processing_class=tokenizer,
-        compute_metrics=compute_metrics_for_trainer(tokenizer, target_lang),
-        compute_loss_func=label_smoothed_loss(preset.label_smoothing),
-        max_tokens=None if per_device_batch_size else preset.max_tokens,
-        warmup_steps=preset.warmup_steps,
-        batching_seed=seed,
-    )
-    print(
-        f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {batches}; {accumulation} "
-        f"batch(es) per update; peak learning rate {args.learning_rate:.2e} at step {preset.warmup_steps}"
-    )
+        if eval_samples:
+            valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
+        train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+        valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
+        print(f"train: {train_report}\nvalid: {valid_report}")
+        check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
 
-    # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
-    checkpoint = last_complete_checkpoint(output) if resume else None
-    if checkpoint:
-        print(f"resuming from {checkpoint}")
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    final = output / "final"
-    if trainer.is_world_process_zero():
-        # the run's own final/ (a folder inside the run, which this function owns): replaced whole
-        averaged = average_checkpoints(output, final, preset.average_last, overwrite=True, command=command)
-        print(f"averaged {[p.name for p in averaged]} into {final}")
-    trainer.accelerator.wait_for_everyone()
-    return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))
+        model = build_model(preset, tokenizer)
+        parameters = sum(p.numel() for p in model.parameters())
+        tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
+        # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
+        if per_device_batch_size:  # the Trainer's batches of pairs: max_tokens plays no part
+            tokens_per_batch = per_device_batch_size * tokens / len(train_set)
+            batches = f"batches of {per_device_batch_size} pairs"
+        else:
+            sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
+            tokens_per_batch = sampler.tokens_per_batch()
+            batches = (
+                f"{len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on "
+                f"average, padding {sampler.padding_share():.1%})"
+            )
+        # each of the processes contributes its batches to an update
+        accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * world_size)
+        args = Seq2SeqTrainingArguments(
+            output_dir=str(output),
+            report_to=[report_to] if report_to != "none" else [],
+            max_steps=preset.max_steps,
+            per_device_eval_batch_size=128,
+            gradient_accumulation_steps=accumulation,
+            learning_rate=peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor),
+            # with weight_decay=0, AdamW is the paper's Adam; the fused kernel (transformers' own default on
+            # torch >= 2.8) takes a base model's Adam step from 120 to 26 ms on 2 CPU threads (docs/speed.md)
+            optim="adamw_torch_fused",
+            adam_beta1=ADAM_BETAS[0],
+            adam_beta2=ADAM_BETAS[1],
+            adam_epsilon=ADAM_EPSILON,
+            weight_decay=0.0,
+            max_grad_norm=max_grad_norm,  # 0: the paper clips nothing
+            # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
+            # loss by the process count, which DDP's gradient averaging cancels)
+            average_tokens_across_devices=True,
+            per_device_train_batch_size=per_device_batch_size or 8,  # the Trainer's default; token batches ignore it
+            bf16=bf16,
+            fp16=fp16,
+            logging_steps=log_steps,
+            eval_strategy="steps",
+            eval_steps=preset.eval_steps,
+            save_strategy="steps",
+            save_steps=preset.save_steps,
+            save_total_limit=max(preset.average_last, 1),
+            predict_with_generate=True,
+            generation_num_beams=eval_beams,
+            generation_max_length=preset.max_length + 50,
+            seed=seed,
+            disable_tqdm=not progress,
+            use_cpu=not torch.cuda.is_available(),
+        )
+        trainer = VanillaTransformerTrainer(
+            model=model,
+            args=args,
+            train_dataset=train_set,
+            eval_dataset=valid_set,
+            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+            processing_class=tokenizer,
+            compute_metrics=compute_metrics_for_trainer(tokenizer, target_lang),
+            compute_loss_func=label_smoothed_loss(preset.label_smoothing),
+            max_tokens=None if per_device_batch_size else preset.max_tokens,
+            warmup_steps=preset.warmup_steps,
+            batching_seed=seed,
+        )
+        print(
+            f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {batches}; {accumulation} "
+            f"batch(es) per update; peak learning rate {args.learning_rate:.2e} at step {preset.warmup_steps}"
+        )
+
+        # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
+        checkpoint = last_complete_checkpoint(output) if resume else None
+        if checkpoint:
+            print(f"resuming from {checkpoint}")
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        final = output / "final"
+        if trainer.is_world_process_zero():
+            # the run's own final/ (a folder inside the run, which this function owns): replaced whole
+            averaged = average_checkpoints(output, final, preset.average_last, overwrite=True, command=command)
+            print(f"averaged {[p.name for p in averaged]} into {final}")
+        trainer.accelerator.wait_for_everyone()
+        return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))

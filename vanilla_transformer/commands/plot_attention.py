@@ -29,11 +29,21 @@ def run(args: argparse.Namespace) -> None:
     from ..outputs import check_output_file, staged_file
     from ..plots import attention_maps, plot_attention
 
+    if not args.sentence.strip():  # the model would translate nothing into something, and the plot show that
+        raise ValueError("--sentence is empty: give the source sentence whose attention to draw.")
     paths = {kind: Path(args.output_dir) / f"attention-{kind}.png" for kind in ("encoder", "cross")}
     model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
     for path in paths.values():  # before the model loads: no figure lands in the model folder
         check_output_file(path, [("--model", model_folder)], flag="--output-dir")
     model, tokenizer = load_model_and_tokenizer(args.model)
+    config = model.config  # layers and heads that do not exist are refused before anything is written
+    layers = min(config.encoder_layers, config.decoder_layers)
+    heads = min(config.encoder_attention_heads, config.decoder_attention_heads)
+    if max(args.layers) >= layers or max(args.heads) >= heads:
+        raise ValueError(
+            f"--layers {' '.join(map(str, args.layers))} --heads {' '.join(map(str, args.heads))}: the model has "
+            f"layers 0..{layers - 1} and heads 0..{heads - 1}; give numbers in those ranges."
+        )
     maps = attention_maps(model, tokenizer, args.sentence, args.target)
     # both figures are drawn under hidden names and replace the old ones only when both are complete
     with ExitStack() as stack:

@@ -6,7 +6,9 @@ of Multi30k), a tab-separated Anki/Tatoeba file of English and one other languag
 dataset by name or local folder, and the built-in English→German grammar corpus (`grammar.py`), the offline default.
 """
 
+import logging
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -15,6 +17,8 @@ from datasets import Dataset, get_dataset_split_names, load_dataset
 
 from .grammar import grammar_pairs
 from .multi30k import multi30k_dir
+
+logger = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
 MULTI30K = "multi30k"
@@ -166,15 +170,28 @@ class FilterReport:
     kept: int = 0
     empty: list[int] = field(default_factory=list)
     too_long: list[int] = field(default_factory=list)
+    # kept, but most of a side is control or unassigned characters: a binary or wrongly decoded file, not text
+    not_text: list[int] = field(default_factory=list)
 
     def __str__(self) -> str:
         def first(rows: list[int]) -> str:
             return f" (rows {rows[:5]}{'...' if len(rows) > 5 else ''})" if rows else ""
 
-        return (
+        text = (
             f"kept {self.kept} pairs; dropped {len(self.empty)} with an empty side{first(self.empty)} and "
             f"{len(self.too_long)} over the length limit{first(self.too_long)}"
         )
+        if self.not_text:
+            text += f"; warning: {len(self.not_text)} kept pairs are mostly control characters{first(self.not_text)}"
+        return text
+
+
+def mostly_control_characters(text: str) -> bool:
+    """Whether most of `text`'s non-space characters are control, format, private-use or unassigned ones (Unicode
+    categories C*): what a binary file, or one decoded with the wrong encoding, reads as."""
+    visible = [character for character in text if not character.isspace()]
+    control = sum(1 for character in visible if unicodedata.category(character).startswith("C"))
+    return control * 2 > len(visible)
 
 
 def sides(dataset: Dataset, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
@@ -200,6 +217,15 @@ def tokenize_pairs(
             report.too_long.append(row)
         else:
             keep.append(row)
+            if mostly_control_characters(source) or mostly_control_characters(target):
+                report.not_text.append(row)
     report.kept = len(keep)
+    if report.not_text:
+        logger.warning(
+            "%d of %d kept pairs are mostly control characters (rows %s): is the corpus a text file in UTF-8?",
+            len(report.not_text),
+            report.kept,
+            report.not_text[:5],
+        )
     columns = {name: [encoded[name][row] for row in keep] for name in ("input_ids", "attention_mask", "labels")}
     return Dataset.from_dict(columns), report
