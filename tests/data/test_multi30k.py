@@ -1,10 +1,13 @@
 """Multi30k by name (`vanilla_transformer.data.multi30k`): found where it is, else downloaded once over real HTTP
 (a loopback server with the official repository's layout and small stand-in files), checked, and stored whole or
-not at all."""
+not at all; the cache is checked again before each use."""
 
 import gzip
 import hashlib
 import http.server
+import json
+import logging
+import os
 import threading
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from vanilla_transformer.data.corpora import load_corpus
 from vanilla_transformer.data.multi30k import (
     COMMIT,
     GUNZIPPED,
+    RECORD,
     SERVED,
     Multi30kUnavailable,
     holds_multi30k,
@@ -88,6 +92,8 @@ def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("VANILLA_TRANSFORMER_MULTI30K", raising=False)
     monkeypatch.delenv("VANILLA_TRANSFORMER_MULTI30K_URL", raising=False)
     monkeypatch.setattr(module, "SERVED", {path: (len(data), sha256(data)) for path, data in FAKE.items()})
+    gunzipped = {local_name(path): gzip.decompress(data) for path, data in FAKE.items() if path.endswith(".gz")}
+    monkeypatch.setattr(module, "GUNZIPPED", {name: (len(data), sha256(data)) for name, data in gunzipped.items()})
     return tmp_path / "cache"
 
 
@@ -96,13 +102,23 @@ def sha256(data: bytes) -> str:
 
 
 def files_in(folder: Path) -> list[str]:
-    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+    """The data files of `folder`: all but the record of checked files."""
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file() and path.name != RECORD)
+
+
+def record_of(folder: Path) -> dict[str, list]:
+    return json.loads((folder / RECORD).read_text())["files"]
 
 
 def test_the_first_call_downloads_into_the_cache_in_the_folder_layout_and_later_calls_reuse_it(repository, cache):
     folder = multi30k_dir(base_url=repository.url)
     assert folder == cache / f"multi30k-{COMMIT[:8]}" and list(cache.iterdir()) == [folder]
     assert files_in(folder) == LAYOUT
+    # every file recorded as checked: its size, mtime and the sha256 it was checked against
+    assert record_of(folder) == {
+        name: [(folder / name).stat().st_size, (folder / name).stat().st_mtime_ns, sha256((folder / name).read_bytes())]
+        for name in LAYOUT
+    }
     assert (folder / "valid.de").read_text() == "Eine Katze schläft.\n"  # gunzipped
     assert (folder / "tok" / "train.lc.norm.tok.en").read_bytes() == FAKE["tok/train.lc.norm.tok.en"]
     assert len(repository.requests) == len(FAKE)
@@ -188,6 +204,111 @@ def test_a_folder_given_or_named_by_the_environment_wins_over_the_cache(reposito
     assert len(repository.requests) == len(FAKE)
 
 
+DAMAGES = {
+    # what a cached file can suffer after it was checked, and what the check then says of valid.de (21 bytes)
+    # (the edit: "Eine Katze" → "eine Katze")
+    "emptied": (lambda data: b"", "has 0 bytes, expected 21"),
+    "cut short": (lambda data: data[:-5], "has 16 bytes, expected 21"),
+    "edited, same size": (lambda data: data[:1].swapcase() + data[1:], "has sha256 "),
+}
+
+
+def damage(folder: Path, name: str, how: str) -> bytes:
+    """Change `folder/name` the way `how` says, as an editor would (a new mtime), and return its good bytes."""
+    good = (folder / name).read_bytes()
+    (folder / name).write_bytes(DAMAGES[how][0](good))
+    stat = (folder / name).stat()
+    os.utime(folder / name, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # even where mtime ticks coarsely
+    return good
+
+
+@pytest.mark.parametrize("how", list(DAMAGES))
+def test_a_cache_file_damaged_after_the_download_is_downloaded_again_with_a_warning(repository, cache, how, caplog):
+    folder = multi30k_dir(base_url=repository.url)
+    good = damage(folder, "valid.de", how)
+    with caplog.at_level(logging.WARNING, logger=module.__name__):
+        assert multi30k_dir(base_url=repository.url) == folder
+    assert repository.requests[len(FAKE) :] == [f"/{COMMIT}/data/task1/raw/val.de.gz"]  # that file alone, again
+    assert (folder / "valid.de").read_bytes() == good and files_in(folder) == LAYOUT
+    assert f"downloading damaged Multi30k files in {folder} again: valid.de {DAMAGES[how][1]}" in caplog.text
+    assert record_of(folder)["valid.de"][:2] == [len(good), (folder / "valid.de").stat().st_mtime_ns]
+    # repaired and recorded: the next call finds nothing to do
+    assert multi30k_dir(download=False) == folder and len(repository.requests) == len(FAKE) + 1
+
+
+@pytest.mark.parametrize("offline", ["download=False", "HF_HUB_OFFLINE"])
+@pytest.mark.parametrize("how", list(DAMAGES))
+def test_offline_a_damaged_cache_file_is_refused_naming_it_what_is_wrong_and_the_fix(
+    repository, cache, how, offline, monkeypatch
+):
+    folder = multi30k_dir(base_url=repository.url)
+    damage(folder, "tok/valid.lc.norm.tok.de", "emptied")
+    damage(folder, "valid.de", how)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline == "HF_HUB_OFFLINE" else "0")
+    with pytest.raises(Multi30kUnavailable) as error:
+        multi30k_dir(download=offline != "download=False")
+    message = str(error.value)
+    reason = "download=False" if offline == "download=False" else "HF_HUB_OFFLINE is set, so nothing is downloaded"
+    assert message.startswith(f"Multi30k's cache {folder} holds damaged files ({reason}): valid.de {DAMAGES[how][1]}")
+    if how == "edited, same size":
+        assert f"expected {sha256(gzip.decompress(FAKE['raw/val.de.gz']))}" in message
+    assert "; tok/valid.lc.norm.tok.de has 0 bytes, expected 22. Re-run where" in message
+    assert "downloads them again" in message and "set VANILLA_TRANSFORMER_MULTI30K to a folder" in message
+    assert "\n" not in message
+    assert len(repository.requests) == len(FAKE)
+    # nothing damaged is ever recorded as checked: refused again, then repaired once the network is there
+    with pytest.raises(Multi30kUnavailable, match="holds damaged files"):
+        multi30k_dir(download=False)
+    assert "valid.de" not in record_of(folder)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    multi30k_dir(base_url=repository.url)
+    assert len(repository.requests) == len(FAKE) + 2 and multi30k_dir(download=False) == folder
+
+
+def test_an_unchanged_cache_file_is_not_hashed_again_and_a_touched_one_is(repository, cache):
+    """The sha256 of a cached file is computed again only when its size or mtime changed since it was checked: shown
+    by an edit that keeps both (its mtime set back), which only a read of the file could catch and which passes."""
+    folder = multi30k_dir(base_url=repository.url)
+    record = (folder / RECORD).stat()
+    checked = record_of(folder)["train.en"]
+    assert multi30k_dir(download=False) == folder
+    assert (folder / RECORD).stat().st_mtime_ns == record.st_mtime_ns  # nothing new: the record is not rewritten
+
+    stat = (folder / "train.en").stat()
+    (folder / "train.en").write_bytes((folder / "train.en").read_bytes().replace(b"dog", b"cat"))
+    os.utime(folder / "train.en", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert multi30k_dir(download=False) == folder  # not read: the record vouches for it
+    assert record_of(folder)["train.en"] == checked
+
+    # the same edit with its new mtime is read, refused, and dropped from the record
+    os.utime(folder / "train.en", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    with pytest.raises(Multi30kUnavailable, match="train.en has sha256 "):
+        multi30k_dir(download=False)
+    assert "train.en" not in record_of(folder)
+
+    # good bytes with a new mtime (a copy, a `touch`) are hashed, pass and are recorded with that mtime
+    (folder / "train.en").write_bytes(gzip.decompress(FAKE["raw/train.en.gz"]))
+    assert multi30k_dir(download=False) == folder
+    assert record_of(folder)["train.en"] == [checked[0], (folder / "train.en").stat().st_mtime_ns, checked[2]]
+
+
+@pytest.mark.parametrize("record", ["missing", "garbled"])
+def test_a_cache_without_a_readable_record_is_hashed_whole_and_recorded_again(repository, cache, record):
+    """A cache filled before the record existed, or whose record is garbled, is checked file by file once."""
+    folder = multi30k_dir(base_url=repository.url)
+    expected = record_of(folder)
+    if record == "missing":
+        (folder / RECORD).unlink()
+    else:
+        (folder / RECORD).write_text('{"files": [')
+    damage(folder, "tok/train.lc.norm.tok.en", "edited, same size")
+    with pytest.raises(Multi30kUnavailable, match=r"tok/train.lc.norm.tok.en has sha256 \w+, expected"):
+        multi30k_dir(download=False)
+    expected.pop("tok/train.lc.norm.tok.en")
+    assert record_of(folder) == expected  # all but the damaged file hashed and recorded again
+
+
 def test_the_pinned_table_covers_every_split_and_language_once():
     assert {local_name(path) for path in SERVED if path.startswith("raw/")} == set(GUNZIPPED)
     splits = {name.split(".")[0] for name in GUNZIPPED}
@@ -200,11 +321,11 @@ def test_the_pinned_table_covers_every_split_and_language_once():
 def test_the_pinned_sums_are_those_of_the_official_files(multi30k):
     """The files of a Multi30k folder have the sums pinned for the download (gunzipped, for the raw files)."""
     checked = []
-    for path, (_, served_sha256) in SERVED.items():
+    for path, served in SERVED.items():
         name = local_name(path)
         if (multi30k / name).is_file():
-            expected = GUNZIPPED[name] if path.startswith("raw/") else served_sha256
-            assert sha256((multi30k / name).read_bytes()) == expected, name
+            data = (multi30k / name).read_bytes()
+            assert (len(data), sha256(data)) == (GUNZIPPED[name] if path.startswith("raw/") else served), name
             checked.append(name)
     assert len(checked) >= 16  # train, valid, test2016 and test2017, en and de, raw and tokenized
     assert holds_multi30k(multi30k)

@@ -4,8 +4,8 @@ the official lowercased tokenized references `tok/{split}.lc.norm.tok.{lang}`).
 
 Origin: https://github.com/multi30k/dataset (Elliott et al. 2016, W16-3210; Elliott et al. 2017, W17-4718; Barrault
 et al. 2018), at the pinned commit `COMMIT`, files `data/task1/raw/{split}.{lang}.gz` (gunzipped here, nothing else
-changed) and `data/task1/tok/{split}.lc.norm.tok.{lang}` (copied as served). Every file is checked against the size
-and sha256 pinned below before it is used.
+changed) and `data/task1/tok/{split}.lc.norm.tok.{lang}` (copied as served). Every file of the download cache is
+checked against the size and sha256 pinned below when it arrives and again before each use.
 
 Terms, as the origin states them: the repository has no licence file; its README says the data is "solely provided
 for researchers and educators who wish to use the dataset for non-commercial research and/or educational purposes",
@@ -20,6 +20,7 @@ Split names, ours (the usual ones of the Multi30k literature) → the origin's: 
 import gzip
 import hashlib
 import http.client
+import json
 import logging
 import os
 import tempfile
@@ -45,6 +46,8 @@ SPLITS = {
     "mscoco2017": "test_2017_mscoco",
 }
 DOWNLOAD_TIMEOUT_S = 60
+# in the cache folder: {file: [size, mtime_ns, sha256]} of each file when its sha256 last matched (`_check_cache`)
+RECORD = ".checked.json"
 
 # Size in bytes and sha256 of each file under data/task1/ as served at COMMIT (`git show COMMIT:data/task1/PATH`,
 # the bytes raw.githubusercontent.com serves).
@@ -95,30 +98,31 @@ SERVED: dict[str, tuple[int, str]] = {
     "tok/test_2017_mscoco.lc.norm.tok.fr": (31725, "0b6a4620f02b6b9acf7811fda23f90fed9c6baa0b96aa224db50a273078c84d1"),
 }
 
-# sha256 of each raw file gunzipped, the `{split}.{lang}` file of a Multi30k folder (a `tok/` file is stored as served)
-GUNZIPPED: dict[str, str] = {
-    "train.en": "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6",
-    "train.de": "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72",
-    "train.fr": "5925a3c18f1587b6b54b87743106e6e8ab93618edb6f65d19eac0621f853a10d",
-    "train.cs": "2be68b38c8d586ff4f54eb13cc6e1baaaa053695b3f070d3038303a47f2268da",
-    "valid.en": "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227",
-    "valid.de": "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660",
-    "valid.fr": "5304e444d842e962b2dda4d816b70b22a1765b15401642b7ca37a67477e708dc",
-    "valid.cs": "d53827e469b0a1ca8d57e9e26b2b64c4bc4b33f5479c7b03ae87ae5c882c3e33",
-    "test2016.en": "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182",
-    "test2016.de": "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16",
-    "test2016.fr": "cb3160d69b002bb638e66cc7612fcd56cb0af82eadc9c142dedc438afb885ef6",
-    "test2016.cs": "45adb85f688de8407fddcbe1b36dca15d12aab868149b337e2576f2d6d2ff8d8",
-    "test2017.en": "ce1450ddc5ab0834502579d77a170849952e15a2938b34cc503bdc25ebb4fb98",
-    "test2017.de": "c3078bc3b36808bf9d20eb2347ed6137016179ef59ec0d2b9b8ecc3fb2880081",
-    "test2017.fr": "6f3764e31dac41e9455e612958bcfd4e877c5e15cd66df2c2b2be6d9bd83e5b6",
-    "test2018.en": "4e585c2dd525911a6ea7730e9d0b516239af3f1b1ffae6a2130223cfb639f25e",
-    "test2018.de": "39fcc8b3331d76fb42d648d019c6898b0d5e58baac87bc2a0bb93f44ec8db207",
-    "test2018.fr": "234b4a887da0da4801a3e2c6f21336231ff7dd46daeb80cfa1b551c8bbb78239",
-    "test2018.cs": "1db59fe6980c9b3f9bade65122a985e71150214837d76f4768a5a8384c0b2dc7",
-    "mscoco2017.en": "43051fdfa86fd5395182e718a94ca67b1b227b9f7c79596ff0f6b813216981d2",
-    "mscoco2017.de": "58277df3c75f92f7145a11b910b553d1cf82c439249d4dc237c899609eafac22",
-    "mscoco2017.fr": "39cde3f43f32b0a6bf29ce4917a46329ff32e53070c2fac87506695a740ae0a0",
+# Size in bytes and sha256 of each raw file gunzipped, the `{split}.{lang}` file of a Multi30k folder (a `tok/` file is
+# stored as served)
+GUNZIPPED: dict[str, tuple[int, str]] = {
+    "train.en": (1801238, "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6"),
+    "train.de": (2110398, "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72"),
+    "train.fr": (2111303, "5925a3c18f1587b6b54b87743106e6e8ab93618edb6f65d19eac0621f853a10d"),
+    "train.cs": (1755283, "2be68b38c8d586ff4f54eb13cc6e1baaaa053695b3f070d3038303a47f2268da"),
+    "valid.en": (63297, "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227"),
+    "valid.de": (75981, "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660"),
+    "valid.fr": (73924, "5304e444d842e962b2dda4d816b70b22a1765b15401642b7ca37a67477e708dc"),
+    "valid.cs": (60213, "d53827e469b0a1ca8d57e9e26b2b64c4bc4b33f5479c7b03ae87ae5c882c3e33"),
+    "test2016.en": (62076, "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182"),
+    "test2016.de": (70649, "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16"),
+    "test2016.fr": (72261, "cb3160d69b002bb638e66cc7612fcd56cb0af82eadc9c142dedc438afb885ef6"),
+    "test2016.cs": (62364, "45adb85f688de8407fddcbe1b36dca15d12aab868149b337e2576f2d6d2ff8d8"),
+    "test2017.en": (55242, "ce1450ddc5ab0834502579d77a170849952e15a2938b34cc503bdc25ebb4fb98"),
+    "test2017.de": (64059, "c3078bc3b36808bf9d20eb2347ed6137016179ef59ec0d2b9b8ecc3fb2880081"),
+    "test2017.fr": (65691, "6f3764e31dac41e9455e612958bcfd4e877c5e15cd66df2c2b2be6d9bd83e5b6"),
+    "test2018.en": (70603, "4e585c2dd525911a6ea7730e9d0b516239af3f1b1ffae6a2130223cfb639f25e"),
+    "test2018.de": (80893, "39fcc8b3331d76fb42d648d019c6898b0d5e58baac87bc2a0bb93f44ec8db207"),
+    "test2018.fr": (84076, "234b4a887da0da4801a3e2c6f21336231ff7dd46daeb80cfa1b551c8bbb78239"),
+    "test2018.cs": (69775, "1db59fe6980c9b3f9bade65122a985e71150214837d76f4768a5a8384c0b2dc7"),
+    "mscoco2017.en": (24949, "43051fdfa86fd5395182e718a94ca67b1b227b9f7c79596ff0f6b813216981d2"),
+    "mscoco2017.de": (29906, "58277df3c75f92f7145a11b910b553d1cf82c439249d4dc237c899609eafac22"),
+    "mscoco2017.fr": (29982, "39cde3f43f32b0a6bf29ce4917a46329ff32e53070c2fac87506695a740ae0a0"),
 }
 
 
@@ -135,10 +139,16 @@ def multi30k_dir(
     """The folder of Multi30k files for `languages`: `data_dir` when given, else the folder named by
     `$VANILLA_TRANSFORMER_MULTI30K`, else the download cache (`cache_dir()`).
 
-    A given folder is only checked to hold `{split}.{lang}` files of each language. The cache is filled on first use
-    from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else `OFFICIAL_URL`) and reused afterwards; files
-    arrive in a temporary folder inside the cache and move into place only once every one has its pinned size and
-    sha256, so a failed download leaves nothing behind. `download=False`, or the official URL while
+    A given folder is the user's own data and is only checked to hold `{split}.{lang}` files of each language, not
+    against the pinned sums: it may rightly hold other versions (WMT16's val.de, which differs in 61 lines, a
+    re-tokenized `tok/`, a subset, another corpus in this layout); `holds_multi30k` tells whether it holds the
+    official files, and what a run records is compared with it.
+
+    The cache is filled on first use from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else
+    `OFFICIAL_URL`); files arrive in a temporary folder inside the cache and move into place only once every one has
+    its pinned size and sha256, so a failed download leaves nothing behind. Before each use every cached file is
+    checked again (`_check_cache`): its size always, its sha256 whenever its size or mtime changed since it was last
+    hashed. A file missing or damaged is downloaded again; `download=False`, or the official URL while
     `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE` is set, raises `Multi30kUnavailable` instead of going online.
     """
     languages = tuple(languages)
@@ -159,18 +169,32 @@ def multi30k_dir(
     if unknown:
         raise ValueError(f"Multi30k has no {', '.join(unknown)} files; its languages are en, de, fr and cs.")
     folder = cache_dir()
-    missing = [path for path in SERVED if _language(path) in languages and not (folder / local_name(path)).is_file()]
-    if not missing:
+    missing, damaged = _check_cache(folder, [path for path in SERVED if _language(path) in languages])
+    if not missing and not damaged:
         return folder
     base_url = (base_url or os.environ.get(URL_ENV) or OFFICIAL_URL).rstrip("/")
     offline = next((name for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE") if _is_set(name)), None)
     if not download or (offline and base_url == OFFICIAL_URL):
         reason = "download=False" if not download else f"{offline} is set, so nothing is downloaded"
+        if damaged:
+            raise Multi30kUnavailable(
+                f"Multi30k's cache {folder} holds damaged files ({reason}): "
+                + "; ".join(f"{local_name(path)} has {problem}" for path, problem in damaged.items())
+                + (f"; {len(missing)} more missing" if missing else "")
+                + f". Re-run where {base_url} can be reached, which downloads them again (`vanilla-transformer "
+                f"download-multi30k`), or delete them and copy good ones in by hand, or set {MULTI30K_ENV} to a "
+                f"folder that holds good files."
+            )
         raise Multi30kUnavailable(
             f"Multi30k is not on this machine: {len(missing)} files missing in {folder} ({reason}). "
             + _how_to(folder, base_url)
         )
-    _download(missing, folder, base_url)
+    if damaged:  # a cache: the damaged copy is replaced, but never without a word
+        logger.warning(
+            f"downloading damaged Multi30k files in {folder} again: "
+            + "; ".join(f"{local_name(path)} has {problem}" for path, problem in damaged.items())
+        )
+    _download([*missing, *damaged], folder, base_url)
     return folder
 
 
@@ -191,13 +215,21 @@ def local_name(path: str) -> str:
 
 
 def holds_multi30k(folder: str | Path, names: Iterable[str] = ("train.en", "train.de", "valid.en", "valid.de")) -> bool:
-    """Whether `folder` holds these Multi30k files byte for byte (their sha256 in `GUNZIPPED`): by default the ones
-    training reads, so that a run recorded with a folder path trained on what the name `"multi30k"` loads."""
+    """Whether `folder` holds these Multi30k files byte for byte (their size and sha256 in `GUNZIPPED`): by default
+    the ones training reads, so that a run recorded with a folder path trained on what the name `"multi30k"` loads."""
     folder = Path(folder)
     return all(
-        (folder / name).is_file() and hashlib.sha256((folder / name).read_bytes()).hexdigest() == GUNZIPPED[name]
+        (folder / name).is_file()
+        and (folder / name).stat().st_size == GUNZIPPED[name][0]
+        and _sha256(folder / name) == GUNZIPPED[name][1]
         for name in names
     )
+
+
+def pinned(path: str) -> tuple[int, str]:
+    """The size and sha256 of a file of `SERVED` as a Multi30k folder stores it (`local_name(path)`): a raw file
+    gunzipped (`GUNZIPPED`), a `tok/` file as served."""
+    return GUNZIPPED[local_name(path)] if path.endswith(".gz") else SERVED[path]
 
 
 def _language(path: str) -> str:
@@ -219,19 +251,95 @@ def _how_to(folder: Path, base_url: str) -> str:
     )
 
 
+def _check_cache(folder: Path, paths: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Which of `paths` the cache `folder` lacks, and which it holds damaged, with what is wrong.
+
+    Each file must have its pinned size (`pinned`), checked on every call (a stat), and its pinned sha256, hashed
+    again only when the file's size or mtime differ from those it had when it last passed (`RECORD`): a file emptied,
+    cut short or edited in place is caught, and an unchanged cache costs a stat per file, not a read of its 10 MB.
+    """
+    record = _read_record(folder)
+    missing, damaged, passed = [], {}, {}
+    for path in paths:
+        name, (size, sha256) = local_name(path), pinned(path)
+        try:
+            stat = (folder / name).stat()
+        except FileNotFoundError:
+            missing.append(path)
+            continue
+        seen = [stat.st_size, stat.st_mtime_ns, sha256]
+        if stat.st_size != size:
+            damaged[path] = f"{stat.st_size} bytes, expected {size}"
+        elif record.get(name) == seen or (digest := _sha256(folder / name)) == sha256:
+            passed[name] = seen
+        else:
+            damaged[path] = f"sha256 {digest}, expected {sha256}"
+    broken = {local_name(path) for path in [*missing, *damaged]}
+    updated = {name: seen for name, seen in record.items() if name not in broken} | passed
+    if updated != record:
+        _write_record(folder, updated)
+    return missing, damaged
+
+
+def _read_record(folder: Path) -> dict[str, list]:
+    """The `RECORD` of `folder`, {file: [size, mtime_ns, sha256]} of each file when it last passed; {} when it is
+    missing or unreadable (every file is then hashed again)."""
+    try:
+        files = json.loads((folder / RECORD).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def _write_record(folder: Path, files: dict[str, list]) -> None:
+    """Store `files` as the `RECORD` of `folder`, atomically (a reader sees the old record or the new one); a cache it
+    cannot write to (read-only, shared) only costs the hashing again next time."""
+    staging = None
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f"{RECORD}.", delete=False) as file:
+            staging = Path(file.name)
+            json.dump({"commit": COMMIT, "files": files}, file, indent=1, sort_keys=True)
+        os.replace(staging, folder / RECORD)
+    except OSError as error:
+        logger.debug(f"could not record the checked Multi30k files in {folder / RECORD}: {error}")
+        if staging is not None:
+            staging.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _download(paths: list[str], folder: Path, base_url: str) -> None:
-    """Fetch `paths` into a temporary folder beside `folder`, check each, and only then move them all into place."""
+    """Fetch `paths` into a temporary folder beside `folder`, check each, only then move them all into place, and
+    record them as checked."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     logger.info(f"downloading {len(paths)} Multi30k files from {base_url} into {folder}")
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.partial-") as staging:
         for path in paths:
             data = _fetch(path, base_url, folder)
+            stored = gzip.decompress(data) if path.endswith(".gz") else data
+            # _fetch checked the served bytes; this checks the gunzipped ones too, so that the record vouches only
+            # for what was hashed
+            if (len(stored), hashlib.sha256(stored).hexdigest()) != pinned(path):
+                raise Multi30kUnavailable(
+                    f"Multi30k's {path} gunzips to bytes other than those pinned for {local_name(path)} in "
+                    f"GUNZIPPED; nothing was stored. The module's tables disagree: report it."
+                )
             target = Path(staging) / local_name(path)
             target.parent.mkdir(exist_ok=True)
-            target.write_bytes(gzip.decompress(data) if path.endswith(".gz") else data)
+            target.write_bytes(stored)
         for path in paths:  # each rename is atomic: a reader sees a file whole or not at all
             (folder / local_name(path)).parent.mkdir(parents=True, exist_ok=True)
             os.replace(Path(staging) / local_name(path), folder / local_name(path))
+    stats = {local_name(path): ((folder / local_name(path)).stat(), pinned(path)[1]) for path in paths}
+    _write_record(
+        folder, _read_record(folder) | {name: [st.st_size, st.st_mtime_ns, sha] for name, (st, sha) in stats.items()}
+    )
 
 
 def _fetch(path: str, base_url: str, folder: Path) -> bytes:
