@@ -201,8 +201,8 @@ def test_the_wheel_installed_elsewhere_runs_and_renders_cards(installed, model_f
     elsewhere = tmp_path / "elsewhere"  # no vanilla_transformer/ and no model_cards/ here or above
     elsewhere.mkdir()
     where = run_installed(
-        [str(bin_dir / "python"), "-c", "import json, sys, vanilla_transformer, vanilla_transformer.hub as hub; "
-         "print(json.dumps([vanilla_transformer.__file__, str(hub.CARD_TEMPLATE), sorted(sys.modules)]))"],
+        [str(bin_dir / "python"), "-c", "import json, sys, vanilla_transformer, vanilla_transformer.model_card as mc; "
+         "print(json.dumps([vanilla_transformer.__file__, str(mc.CARD_TEMPLATE), sorted(sys.modules)]))"],
         elsewhere,
     )  # fmt: skip
     package, template, modules = json.loads(where.stdout)

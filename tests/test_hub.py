@@ -11,7 +11,6 @@ import ast
 import hashlib
 import json
 import os
-import pickle
 import re
 import runpy
 import shutil
@@ -31,20 +30,9 @@ from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main as cli_main
 from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
 from vanilla_transformer.evaluation import compute_metrics_for_trainer
-from vanilla_transformer.hub import (
-    CODE_FILES,
-    DATA_TERMS,
-    FolderNotReadyError,
-    HubPushError,
-    card_for_folder,
-    find_pickles,
-    plan_push,
-    push_folder,
-    render_model_card,
-    training_hyperparameters,
-    validate_folder,
-)
-from vanilla_transformer.loading import write_checksums
+from vanilla_transformer.hub import FolderNotReadyError, HubPushError, plan_push, push_folder
+from vanilla_transformer.loading import CODE_FILES, validate_folder, write_checksums
+from vanilla_transformer.model_card import card_for_folder, render_model_card, training_hyperparameters
 from vanilla_transformer.optimization import label_smoothed_loss
 from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.remote_code import _BLOCK_PACKAGE, translate_without_package
@@ -415,34 +403,6 @@ def test_large_weights_go_through_git_lfs(builtin_tokenizer, api, tmp_path):
     assert info.lfs is not None and info.lfs.sha256 == sha256 and info.size == weights.stat().st_size
     downloaded = hf_hub_download(f"{HUB_USER}/large", "model.safetensors")
     assert hashlib.sha256(Path(downloaded).read_bytes()).hexdigest() == sha256
-
-
-def test_the_released_folder_is_ready_and_its_card_comes_from_the_template(tmp_path):
-    assert validate_folder(RELEASE) == []
-    record = json.loads((RELEASE / "results.json").read_text())
-    rendered = render_model_card(RELEASE.name, record["results"], record["training"])
-    committed = ModelCard.load(RELEASE / "README.md")
-
-    def scores(card: ModelCard) -> list:
-        return [(r.dataset_split, r.metric_type, r.metric_value, r.metric_name) for r in card.data.eval_results]
-
-    assert scores(rendered) == scores(committed)
-    # a release folder without its card gets the same one back from results.json
-    assert scores(card_for_folder(RELEASE, "someone/multi30k")) == scores(committed)
-    for field in ("license", "language", "datasets", "pipeline_tag"):
-        assert getattr(rendered.data, field) == getattr(committed.data, field)
-    # the weights carry the terms of Multi30k; the card names the Hub dataset that holds its sentences
-    assert "solely for non-commercial research and educational\npurposes" in rendered.text
-    assert (rendered.data.license, rendered.data.license_link) == ("other", DATA_TERMS["multi30k"][2])
-    assert rendered.data.datasets == ["bentrevett/multi30k"]
-
-
-def test_pickles_are_found_by_content_as_well_as_by_name(tmp_path):
-    torch.save({"a": 1}, tmp_path / "archive.dat")  # torch.save's zip format
-    (tmp_path / "plain.json").write_bytes(pickle.dumps({"a": 1}, protocol=4))
-    (tmp_path / "notes.txt").write_text("not a pickle")
-    (tmp_path / "model.bin").write_bytes(b"")
-    assert [p.name for p in find_pickles(tmp_path)] == ["archive.dat", "model.bin", "plain.json"]
 
 
 def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_warning(tmp_path):

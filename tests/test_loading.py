@@ -30,6 +30,7 @@ from vanilla_transformer.loading import (
     ModelFolderError,
     bad_values,
     check_loaded_weights,
+    find_pickles,
     load_model_and_tokenizer,
     write_checksums,
 )
@@ -471,3 +472,11 @@ def test_bad_values_are_counted_in_every_float_type(dtype):
     tensor = torch.tensor([0.5, float("nan"), float("inf"), 1.0]).to(dtype)
     assert bad_values(tensor) == "1 NaN, 1 Inf of 4 values"
     assert bad_values(torch.tensor([0.5, -1.0]).to(dtype)) == ""
+
+
+def test_pickles_are_found_by_content_as_well_as_by_name(tmp_path):
+    torch.save({"a": 1}, tmp_path / "archive.dat")  # torch.save's zip format
+    (tmp_path / "plain.json").write_bytes(pickle.dumps({"a": 1}, protocol=4))
+    (tmp_path / "notes.txt").write_text("not a pickle")
+    (tmp_path / "model.bin").write_bytes(b"")
+    assert [p.name for p in find_pickles(tmp_path)] == ["archive.dat", "model.bin", "plain.json"]

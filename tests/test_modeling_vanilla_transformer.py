@@ -21,7 +21,7 @@ from vanilla_transformer import (
     sinusoidal_position_encoding,
 )
 from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
-from vanilla_transformer.hub import CODE_FILES
+from vanilla_transformer.loading import CODE_FILES
 from vanilla_transformer.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]

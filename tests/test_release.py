@@ -12,7 +12,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.data.corpora import read_lines
 from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.hub import CODE_FILES, card_for_folder
+from vanilla_transformer.loading import CODE_FILES
+from vanilla_transformer.model_card import card_for_folder
 from vanilla_transformer.presets import get_training_preset, read_run_preset
 from vanilla_transformer.release import SMOKE_SENTENCES
 from vanilla_transformer.tokenization import lowercases
@@ -86,7 +87,7 @@ def test_fifty_tatoeba_test_sentences_score_as_the_en_zh_card_says(tatoeba):
 
 
 def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch):
-    from vanilla_transformer.hub import validate_folder
+    from vanilla_transformer.loading import validate_folder
     from vanilla_transformer.release import write_release
 
     def scores(bleu: float, chrf: float, tokenized: float | None) -> dict:
@@ -164,7 +165,7 @@ def test_a_release_of_a_tsv_run_states_its_data_terms_languages_and_examples(tmp
 
 
 def test_the_card_explains_a_tokenizer_by_what_sacrebleu_would_pick():
-    from vanilla_transformer.hub import render_model_card
+    from vanilla_transformer.model_card import render_model_card
 
     training = json.loads((RELEASE / "results.json").read_text())["training"]
 

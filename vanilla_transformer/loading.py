@@ -1,4 +1,5 @@
-"""Loading a saved model folder, and every check on saved folders (config, weights, tokenizer, checksums).
+"""Loading a saved model folder, and every check on saved folders (config, weights, tokenizer, checksums, readiness
+for the Hub).
 
 Writing: `write_checksums` stores the SHA-256 of each safetensors file beside it as `<file>.sha256` (`sha256sum -c`
 reads it), so that a flipped bit in tensor data, which the safetensors format cannot see, is found later.
@@ -14,17 +15,31 @@ or absurdly large values (a diverged run, a flipped exponent bit).
 the model's: one whose fingerprint differs from the `tokenizer_fingerprint` recorded in config.json by training, or,
 in folders that predate it, one whose ids do not fit the model. The translate, evaluate, average and plot commands
 load through it.
+
+Before a push (`hub.plan_push`): `validate_folder` lists every reason a folder would not make a complete, safe model
+repo (config.json and its auto_map, the code files `CODE_FILES`, weights that load, tokenizer, generation config, the
+card's metadata), and `find_pickles` finds a pickle anywhere under it, by name or by content.
 """
 
+import ast
 import hashlib
 import json
 import re
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from huggingface_hub import ModelCard
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoModelForSeq2SeqLM, PreTrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedConfig,
+    PreTrainedModel,
+)
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
@@ -36,7 +51,7 @@ CHECKSUM_SUFFIX = ".sha256"
 # (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
 REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
 # names under which PyTorch/NumPy/joblib write pickles (torch.save, joblib.dump, np.save of objects); loading one can
-# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one (`hub.find_pickles`)
+# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one (`find_pickles`)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
 # the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -452,6 +467,239 @@ def load_model_and_tokenizer(
     return model.eval(), tokenizer
 
 
+# -- is a folder ready for the Hub ----------------------------------------------------------------------------------
+# What `hub.plan_push` checks before anything is sent: the folder as a model repo (config, auto_map and code files,
+# weights that load, tokenizer, generation config, card metadata), and no pickle anywhere under it.
+
+# the remote code a folder carries for `trust_remote_code=True`, and the Auto classes its config.json's auto_map names
+CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "generation_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+)
+AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
+
+
+def _defined_classes(path: Path) -> set[str]:
+    return {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
+
+
+def _imported_packages(path: Path) -> set[str]:
+    """Top-level packages a file imports absolutely (relative `from .x import` stays inside the repo)."""
+    packages = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            packages.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            packages.add(node.module.split(".")[0])
+    return packages
+
+
+def _check_config_and_code(folder: Path) -> list[str]:
+    try:
+        config = check_config_file(folder / "config.json")
+    except ModelFolderError as error:
+        return [str(error)]
+    problems = []
+    for name in CODE_FILES:
+        code = folder / name
+        if not code.is_file():
+            problems.append(
+                f"{name} is missing: without it `trust_remote_code=True` cannot load the model; save with "
+                f"`import vanilla_transformer` done first (it registers the classes for remote code)."
+            )
+        elif "vanilla_transformer" in _imported_packages(code):
+            problems.append(f"{name} imports the vanilla_transformer package, which a downloader does not have.")
+    auto_map = config.get("auto_map") or {}
+    for auto_class in AUTO_CLASSES:
+        reference = auto_map.get(auto_class)
+        if reference is None:
+            problems.append(
+                f"config.json's auto_map has no {auto_class} entry (it has {sorted(auto_map)}): save with "
+                f"`import vanilla_transformer` done first, which registers all three Auto classes."
+            )
+            continue
+        module, _, class_name = reference.rpartition(".")
+        code = folder / f"{module}.py"
+        if code.is_file() and class_name not in _defined_classes(code):
+            problems.append(f"config.json's auto_map names {reference}, but {code.name} defines no {class_name}.")
+        elif not code.is_file() and f"{module}.py" not in CODE_FILES:
+            problems.append(f"config.json's auto_map names {reference}, but {module}.py is not in the folder.")
+    return problems
+
+
+def _check_weights(folder: Path) -> list[str]:
+    """The weights are safetensors files (`weight_files`) that load with config.json. Their values are
+    judged by `_weights_problems`, with the push's own advice."""
+    try:
+        weight_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
+    try:
+        _, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)
+    except Exception as error:  # noqa: BLE001  (any failure to load is the problem to report)
+        return [f"model.safetensors does not load with config.json: {type(error).__name__}: {error}"]
+    problems = []
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        if info.get(kind):
+            problems.append(f"model.safetensors does not match config.json: {kind} {sorted(info[kind])[:5]}")
+    return problems
+
+
+def _check_tokenizer(folder: Path) -> list[str]:
+    """The tokenizer files are there, load, and fit the model (`check_tokenizer_fits_model`)."""
+    try:
+        check_tokenizer_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        config = AutoConfig.from_pretrained(folder)
+    except Exception as error:  # noqa: BLE001
+        return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
+    try:
+        check_tokenizer_fits_model(tokenizer, config, str(folder))
+    except ModelFolderError as error:
+        return [str(error)]
+    return []
+
+
+def _check_card(folder: Path) -> list[str]:
+    path = folder / "README.md"
+    if not path.is_file():
+        return [
+            "README.md (the model card) is missing and no training record (results.json, or the run's "
+            "trainer_state.json and preset.json) was found to render one from the card template: write one or "
+            "release the run with `vanilla-transformer release` (scripts/release.py)."
+        ]
+    try:
+        data = ModelCard.load(path).data
+    except Exception as error:  # noqa: BLE001
+        return [f"README.md's YAML metadata does not parse: {error}"]
+    problems = []
+    for field, example in (("license", "apache-2.0"), ("language", "[en, de]")):
+        if not getattr(data, field, None):
+            problems.append(f"README.md's metadata has no `{field}` (e.g. `{field}: {example}`).")
+    if not data.eval_results:
+        problems.append("README.md's metadata has no `model-index` results: add the measured scores.")
+    return problems
+
+
+def _resolves_inside(path: Path, root: Path) -> bool:
+    """Whether `path`, its links followed, lies under `root` (a resolved folder); a link loop counts as outside."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11, 3.12)
+        return False
+
+
+def _is_pickle(path: Path, *, read: bool = True) -> bool:
+    if path.name.endswith(PICKLE_SUFFIXES):
+        return True
+    if not read or path.suffix == ".safetensors":  # a safetensors header length is checked by loading it instead
+        return False
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # the PROTO opcode of pickle protocols 2-5
+        return True
+    if zipfile.is_zipfile(path):  # torch.save's format: a zip archive holding data.pkl
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith(".pkl") for name in archive.namelist())
+    return False
+
+
+def find_pickles(folder: str | Path) -> list[Path]:
+    """Files anywhere under `folder` that are (or are named like) pickles: `torch.save` output, `.bin`, `.pkl`, ...
+
+    A link to a file outside the folder is judged by its name only: its target is never opened."""
+    folder = Path(folder)
+    root = folder.resolve()
+    return [
+        path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and _is_pickle(path, read=_resolves_inside(path, root))
+    ]
+
+
+def _pickle_problems(folder: Path) -> list[str]:
+    return [
+        f"{path.relative_to(folder)} is a pickle (loading it runs arbitrary code): remove it; the weights belong in "
+        f"model.safetensors."
+        for path in find_pickles(folder)
+    ]
+
+
+def validate_folder(folder: str | Path) -> list[str]:
+    """Every reason the folder would not make a complete, safe model repo; an empty list when it is ready."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return [
+            f"{folder} is not a folder: pass the folder written by save_pretrained or `vanilla-transformer release`."
+        ]
+    return _pickle_problems(folder) + _check_contents(folder)
+
+
+def _check_contents(folder: Path) -> list[str]:
+    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
+    problems = _check_config_and_code(folder)
+    try:
+        check_config_file(folder / "config.json")
+    except ModelFolderError:
+        pass  # reported above; the weights and tokenizer cannot be judged without a config
+    else:
+        problems += _check_weights(folder)
+        problems += _check_tokenizer(folder)
+    if not (folder / "generation_config.json").is_file():
+        problems.append(
+            "generation_config.json is missing: it carries the paper's decoding; `save_pretrained` writes it."
+        )
+    else:
+        try:
+            GenerationConfig.from_pretrained(folder)
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"generation_config.json does not load: {error}")
+    return problems + _check_card(folder)
+
+
+def _impossible_values_problem(name: str, path: Path) -> str | None:
+    """A problem naming the tensors of a safetensors file that hold NaN, ±Inf or absurd values (`bad_values`; None
+    when there are none); the file is read one tensor at a time."""
+    from safetensors import safe_open
+
+    bad = []
+    with safe_open(str(path), framework="pt") as handle:
+        for key in handle.keys():
+            if problem := bad_values(handle.get_tensor(key)):
+                bad.append((key, problem))
+    if not bad:
+        return None
+    key, problem = bad[0]
+    more = f" (and {len(bad) - 1} more tensor(s): {', '.join(k for k, _ in bad[1:4])})" if len(bad) > 1 else ""
+    return (
+        f"{name} holds impossible weights: tensor {key!r} has {problem}{more}; the training diverged (or the file "
+        f"was damaged) and the model would translate to garbage: push a checkpoint saved before the loss became NaN, "
+        f"or train again with a lower learning rate or more warmup."
+    )
+
+
+def _weights_problems(sources: dict[str, Path], folder: Path) -> list[str]:
+    """Weights files that fail their `.sha256` or are not complete safetensors files, or hold NaN/Inf."""
+    problems = []
+    for name in sorted(sources):
+        if not name.endswith(".safetensors"):
+            continue
+        path = folder / name  # beside its own .sha256 (the one that is sent)
+        try:
+            check_safetensors_file(path)
+        except ModelFolderError as error:
+            problems.append(str(error) if name in str(error) else f"{name}: {error}")
+            continue
+        problem = _impossible_values_problem(name, path)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 __all__ = [
     "ModelFolderError",
     "check_config_file",
@@ -464,7 +712,9 @@ __all__ = [
     "check_tokenizer_matches_model",
     "check_weights",
     "expected_tensors",
+    "find_pickles",
     "load_model_and_tokenizer",
+    "validate_folder",
     "weight_files",
     "write_checksums",
 ]

@@ -16,7 +16,7 @@ from .data.anki import ATTRIBUTION, SPLITS
 from .data.corpora import load_corpus, read_lines, sides
 from .data.multi30k import multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
-from .hub import card_from_release_record, training_hyperparameters
+from .model_card import card_from_release_record, training_hyperparameters
 from .outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
 from .presets import PRESET_FLAGS, TRAINING_PRESETS, same_setting
 from .tokenization import lowercases

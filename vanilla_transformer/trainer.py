@@ -210,7 +210,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if not self.is_world_process_zero():
             return
         # the card template belongs to the Hub stage, later in the pipeline than the recipe: import it only here
-        from .hub import card_from_training_log
+        from .model_card import card_from_training_log
 
         names = dataset if dataset is not None else dataset_tags
         if not names:
