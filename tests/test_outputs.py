@@ -185,10 +185,10 @@ def test_release_of_a_run_on_a_tsv_file_asks_for_its_languages_and_keeps_out_of_
     (run_dir / "preset.json").write_text(json.dumps(preset))
     before = tree_state(tmp_path)
     for argv, expected in [
-        ([], "give --source-lang and --target-lang as the run was trained"),
+        ([], "nothing says which language or direction: give --source-lang and --target-lang"),
         (
             ["--source-lang", "en", "--target-lang", "zh", "--output-dir", str(corpus.parent)],
-            "contains the corpus file",
+            "contains the run's corpus",
         ),
     ]:
         with pytest.raises(SystemExit) as exited:

@@ -25,7 +25,7 @@ from transformers.dynamic_module_utils import custom_object_save
 
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
-from .data.corpora import tokenize_pairs
+from .data.corpora import corpus_languages, tokenize_pairs
 from .evaluation import IGNORED_LABEL_ID, score_translations
 from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
 from .outputs import (
@@ -36,7 +36,7 @@ from .outputs import (
     publish_staged_folder,
     write_text_atomic,
 )
-from .presets import TrainingPreset, record_run_preset
+from .presets import RunSettings, TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
 from .training import build_model, check_run_folder, load_corpora_and_tokenizer, run_lock
 
@@ -157,8 +157,8 @@ def save_final_model(
 def train_no_trainer(
     preset: TrainingPreset,
     output_dir: str | Path,
-    source_lang: str = "en",
-    target_lang: str = "de",
+    source_lang: str | None = None,
+    target_lang: str | None = None,
     seed: int = 0,
     per_device_batch_size: int | None = None,
     gradient_accumulation_steps: int | None = None,
@@ -191,6 +191,20 @@ def train_no_trainer(
     `overwrite`). Checkpoints, `final/` and the log are written under other names and renamed when complete.
     """
     # before the process group exists: every process refuses the same settings, none waits for another
+    source_lang, target_lang = corpus_languages(preset.corpus, source_lang, target_lang)
+    # left out, accelerate takes it from its launcher (which passes it on in this variable) or config
+    precision = mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"
+    run = RunSettings.for_corpus(
+        preset.corpus,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        seed=seed,
+        precision="fp32" if precision == "no" else precision,
+        per_device_batch_size=per_device_batch_size,
+        max_grad_norm=max_grad_norm,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        train_samples=train_samples,
+    )
     check_settings(
         preset,
         output_dir,
@@ -205,8 +219,8 @@ def train_no_trainer(
         log_steps=log_steps,
         max_grad_norm=max_grad_norm,
         threads=threads,
-        # left out, accelerate takes it from its launcher (which passes it on in this variable) or config
-        mixed_precision=mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION"),
+        mixed_precision=precision,
+        run=run,
     )
     # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
     check_run_folder(preset, output_dir, overwrite)
@@ -227,7 +241,7 @@ def train_no_trainer(
     with run_lock(accelerator.state, output):  # one run at a time in a folder
         if accelerator.is_main_process:
             remove_stale_staging(output)  # checkpoints a killed run left half-written
-        record_run_preset(output, preset, resume, write=accelerator.is_main_process)
+        record_run_preset(output, preset, resume, write=accelerator.is_main_process, run=run)
 
         train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
             accelerator.state, preset, source_lang, target_lang, output

@@ -1,5 +1,7 @@
 """The training presets (`TrainingPreset`, `TRAINING_PRESETS`), their command-line flags (`PRESET_FLAGS`,
-`add_preset_arguments`), and the `preset.json` record of the preset a run in a folder trained with."""
+`add_preset_arguments`), and the `preset.json` record of what a run in a folder trained with: the preset, and under
+`"run"` the settings besides it (`RunSettings`: languages, seed, precision, the corpus's content digest). A resume
+must match the record, and a release's card and reproduce lines are written from it."""
 
 import argparse
 import json
@@ -9,7 +11,7 @@ from pathlib import Path
 
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .data.corpora import MULTI30K
+from .data.corpora import MULTI30K, corpus_sha256, local_corpus
 from .data.multi30k import holds_multi30k
 
 
@@ -48,6 +50,38 @@ class TrainingPreset:
         if self.dropout is not None:
             values["dropout"] = self.dropout
         return VanillaTransformerConfig.from_preset(self.model_preset, **{**values, **fields})
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run trained with besides its preset, each of which changes its weights: recorded in `preset.json`
+    under `"run"` (`record_run_preset`). `precision` is "fp32", "bf16" or "fp16"; `corpus_sha256` the content digest
+    of a local corpus (`data.corpora.corpus_sha256`), so that the same file named another way is the same corpus and
+    an edited one is not."""
+
+    source_lang: str = "en"
+    target_lang: str = "de"
+    seed: int = 0
+    precision: str = "fp32"
+    per_device_batch_size: int | None = None
+    max_grad_norm: float = 0.0
+    gradient_accumulation_steps: int | None = None  # train-no-trainer's
+    train_samples: int | None = None  # train-no-trainer's
+    corpus_sha256: str | None = None
+
+    @classmethod
+    def for_corpus(cls, corpus: str, **settings) -> "RunSettings":
+        """The settings of a run on `corpus`, its digest computed."""
+        return cls(corpus_sha256=corpus_sha256(corpus), **settings)
+
+    def flags(self) -> str:
+        """The training command's flags for the settings that differ from the defaults (languages aside)."""
+        text = f" --seed {self.seed}" if self.seed else ""
+        text += {"bf16": " --bf16", "fp16": " --fp16"}.get(self.precision, "")
+        for field in ("per_device_batch_size", "max_grad_norm", "gradient_accumulation_steps", "train_samples"):
+            value = getattr(self, field)
+            text += f" --{field.replace('_', '-')} {value}" if value else ""
+        return text
 
 
 PAPER_BASE = TrainingPreset(
@@ -170,10 +204,27 @@ def same_setting(field: str, value: object, other: object) -> bool:
     if field == "corpus" and value != other and MULTI30K in (value, other):
         # a run recorded before Multi30k had a name holds the path of a folder of its files (../shared/data/multi30k)
         return holds_multi30k(str(other if value == MULTI30K else value))
-    if field == "corpus" and value != other and Path(str(value)).is_dir():
-        # the same folder written another way (absolute, or relative to another directory)
-        return Path(str(other)).is_dir() and Path(str(value)).samefile(str(other))
+    if field == "corpus" and value != other and Path(str(value)).exists():
+        # the same file or folder written another way (absolute, or relative to another directory)
+        return Path(str(other)).exists() and Path(str(value)).samefile(str(other))
     return value == other
+
+
+def _changed_corpus(saved: dict, new: dict) -> str | None:
+    """How the corpus of a new start differs from the one a run recorded, or None when it is the same: by content
+    digest where both have one (the same file under another name is the same corpus, an edited file is not), else
+    by name (`same_setting`)."""
+    digests = saved.get("run", {}).get("corpus_sha256"), new.get("run", {}).get("corpus_sha256")
+    if None not in digests:
+        if digests[0] == digests[1]:
+            return None
+        return (
+            f"corpus: {saved['corpus']!r} (sha256 {digests[0][:12]}…) -> {new['corpus']!r} (sha256 "
+            f"{digests[1][:12]}…), other content"
+        )
+    if same_setting("corpus", new["corpus"], saved.get("corpus")):
+        return None
+    return f"corpus: {saved.get('corpus')!r} -> {new['corpus']!r}"
 
 
 def read_run_preset(path: str | Path) -> dict:
@@ -183,18 +234,34 @@ def read_run_preset(path: str | Path) -> dict:
     return json.loads(json.dumps(defaults)) | json.loads(Path(path).read_text())
 
 
-def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bool, write: bool = True) -> None:
-    """Write `preset` to `output_dir/preset.json`, the record of what the run in that folder trained with.
+def run_record(preset: TrainingPreset, run: RunSettings | None = None) -> dict:
+    """What `preset.json` holds for a run of `preset` with `run`: the preset's fields (a local corpus as its absolute
+    path, so that a resume from another directory cannot take another file for it) and `"run"`."""
+    record = json.loads(json.dumps(preset.as_dict()))  # as preset.json holds it: lists, not tuples
+    local = local_corpus(preset.corpus)
+    if local is not None:
+        record["corpus"] = str(local)
+    if run is not None:
+        record["run"] = asdict(run)
+    return record
 
-    A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the preset that run
-    recorded, `RESUMABLE_FIELDS` aside (before its first checkpoint, only `TOKENIZER_FIELDS` count), and never
-    restarted: either would leave checkpoints of two runs side by side, averaged together at the end, and a
-    `preset.json` that describes neither. Both raise a `ValueError` that says
-    what differs, as does a `max_steps` below the newest checkpoint's step. `write=False` checks only (the other
-    processes of a distributed run)."""
+
+def record_run_preset(
+    output_dir: str | Path, preset: TrainingPreset, resume: bool, write: bool = True, run: RunSettings | None = None
+) -> None:
+    """Write `preset` and `run` to `output_dir/preset.json` (`run_record`), the record of what the run in that folder
+    trained with.
+
+    A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the preset and run
+    settings that run recorded, `RESUMABLE_FIELDS` aside (before its first checkpoint, only `TOKENIZER_FIELDS` and
+    the corpus's content count), and never restarted: either would leave checkpoints of two runs side by side,
+    averaged together at the end, and a `preset.json` that describes neither. Both raise a `ValueError` that names
+    each field that differs, as does a `max_steps` below the newest checkpoint's step. A record written before run
+    settings were recorded is checked on the preset alone. `write=False` checks only (the other processes of a
+    distributed run)."""
     output = Path(output_dir)
     record = output / "preset.json"
-    new = json.loads(json.dumps(preset.as_dict()))  # as preset.json holds it: lists, not tuples
+    new = run_record(preset, run)
     checkpoints = list_checkpoints(output) if output.is_dir() else []
     tokenizer = [output / "tokenizer"] if (output / "tokenizer" / "tokenizer.json").is_file() else []
     earlier = checkpoints + tokenizer
@@ -215,8 +282,16 @@ def record_run_preset(output_dir: str | Path, preset: TrainingPreset, resume: bo
         changed = [
             f"{field}: {saved.get(field)!r} -> {new[field]!r}"
             for field in fixed
-            if not same_setting(field, new[field], saved.get(field))
+            if field not in ("corpus", "run") and not same_setting(field, new[field], saved.get(field))
         ]
+        corpus = _changed_corpus(saved, new)
+        changed = ([corpus] if corpus else []) + changed
+        if checkpoints and "run" in saved and "run" in new:
+            changed += [
+                f"{field}: {saved['run'].get(field)!r} -> {value!r}"
+                for field, value in new["run"].items()
+                if field != "corpus_sha256" and saved["run"].get(field) != value
+            ]
         if changed:
             free = (
                 f"only {', '.join(RESUMABLE_FIELDS)} may change"

@@ -13,13 +13,13 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import checkpoint_step
 from .data.anki import ATTRIBUTION, SPLITS
-from .data.corpora import load_corpus, read_lines, sides
-from .data.multi30k import multi30k_dir
+from .data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, load_corpus, read_lines, sides
+from .data.multi30k import holds_multi30k, multi30k_dir
 from .evaluation import evaluate_model_on_split, score_translations
 from .model_card import card_from_release_record, training_hyperparameters
 from .outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
-from .presets import PRESET_FLAGS, TRAINING_PRESETS, same_setting
-from .tokenization import lowercases
+from .presets import PRESET_FLAGS, TRAINING_PRESETS, RunSettings, same_setting
+from .tokenization import load_tokenizer, lowercases, tokenizer_fingerprint
 
 SMOKE_SENTENCES = 50  # the first N sentences of the first test split, re-scored by a test against the card
 EXAMPLE_EVERY = 100  # the card shows every 100th sentence of the first test split with its translation
@@ -66,6 +66,78 @@ class ReleaseData:
         folder = multi30k_dir(self.data_dir, languages=(self.source_lang, self.target_lang))
         return read_lines(folder / f"{split}.{self.source_lang}"), read_lines(folder / f"{split}.{self.target_lang}")
 
+    @classmethod
+    def for_run(
+        cls,
+        run_preset: dict,
+        data_dir: str | Path | None = None,
+        corpus_file: str | Path | None = None,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
+    ) -> "ReleaseData":
+        """The data to score a run's release on, decided by what the run recorded it trained on (`run_preset`, its
+        `preset.json`): a Multi30k run on Multi30k (`data_dir`, or the folder it trained on, or `multi30k_dir()`),
+        a TSV run on that file's test split, in the run's languages. Raises a `ValueError` naming the mismatch for
+        data of another kind than the training data (a `corpus_file` for a Multi30k run, a `data_dir` for a TSV
+        run), a `corpus_file` other than the one trained on (by content where the run recorded its digest), languages
+        other than the run's, and runs on a corpus with no test set of its own to score (the built-in corpus, a
+        `datasets` name)."""
+        corpus = str(run_preset.get("corpus", MULTI30K))
+        recorded = run_preset.get("run", {})
+        given = {"--source-lang": source_lang, "--target-lang": target_lang}
+        for (flag, value), field in zip(given.items(), ("source_lang", "target_lang"), strict=True):
+            if value and recorded.get(field) and value != recorded[field]:
+                raise ValueError(
+                    f"{flag} {value}: the run trained with {flag} {recorded[field]} (its preset.json); leave the flag "
+                    f"out, or give the run's own."
+                )
+        source_lang = source_lang or recorded.get("source_lang")
+        target_lang = target_lang or recorded.get("target_lang")
+        # a TSV file, or a corpus that is gone with a file given for it (its digest, if recorded, decides below)
+        trained_on_file = Path(corpus).is_file() or bool(
+            corpus_file and corpus not in (BUILTIN, MULTI30K) and not Path(corpus).exists()
+        )
+        if corpus == BUILTIN or not (trained_on_file or corpus == MULTI30K or holds_multi30k(corpus)):
+            kind = "the built-in corpus" if corpus == BUILTIN else f"{corpus!r}"
+            raise ValueError(
+                f"the run trained on {kind}, and a release is scored on the test sets of its training data: "
+                f"Multi30k's test2016/test2017, or a TSV file's own test split; {kind} has none this command scores, "
+                f"so its card would describe other data. Score the run with `vanilla-transformer evaluate` instead."
+            )
+        if not trained_on_file:
+            if corpus_file:
+                raise ValueError(
+                    f"--corpus-file {corpus_file}: the run trained on Multi30k (its preset.json), not on a TSV file; "
+                    f"leave --corpus-file out to score it on Multi30k's test sets."
+                )
+            folder = data_dir or (corpus if corpus != MULTI30K else None)
+            return cls(folder, None, source_lang or "en", target_lang or "de")
+        if data_dir:
+            raise ValueError(
+                f"--data-dir {data_dir}: the run trained on the TSV file {corpus} (its preset.json) and is scored on "
+                f"that file's test split, not on Multi30k; leave --data-dir out."
+            )
+        file = corpus_file or corpus
+        digest = recorded.get("corpus_sha256")
+        if not Path(file).is_file():
+            raise ValueError(
+                f"the run's corpus file {file} is not there any more: give it with --corpus-file (the same content"
+                f"{f', sha256 {digest[:12]}…' if digest else ''})."
+            )
+        if digest and corpus_sha256(str(file)) != digest:
+            raise ValueError(
+                f"{file} is not the file the run trained on: its content differs from what the run recorded (sha256 "
+                f"{digest[:12]}… for {corpus}); give the file it trained on with --corpus-file."
+            )
+        if not digest and corpus_file and not same_setting("corpus", str(corpus_file), corpus):
+            raise ValueError(
+                f"--corpus-file {corpus_file}: the run trained on {corpus} (its preset.json); give that file, or leave "
+                f"--corpus-file out."
+            )
+        if not (source_lang and target_lang):  # a run recorded before its languages were
+            source_lang, target_lang = corpus_languages(str(file), source_lang, target_lang)
+        return cls(None, file, source_lang, target_lang)
+
     def record(self) -> dict:
         """What the card says of the data: the dataset, the languages, and for a TSV file its name, SHA-256, split
         sizes and number of Tatoeba contributors (the third column credits each pair's sentences to their users)."""
@@ -100,8 +172,11 @@ def language_flags(source_lang: str, target_lang: str) -> str:
 
 def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", target_lang: str = "de") -> str:
     """The `vanilla-transformer train` line that trains a run with this `preset.json` on this language pair: the
-    named preset it differs least from, and a flag for each field it changed. A change no flag can make (the model
+    named preset it differs least from, a flag for each field it changed, and one for each setting of its `"run"`
+    record that is not the default (seed, precision, ...: `RunSettings.flags`). A change no flag can make (the model
     preset or its overrides) raises."""
+    recorded = run_preset.get("run", {})
+    run_flags = RunSettings(**recorded).flags() if recorded else ""
 
     run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
 
@@ -124,7 +199,7 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
             return f" --{name}" if value else f" --no-{name}"
         return f" --{name} {value}"
 
-    flags = "".join(flag(field) for field in changed(name))
+    flags = "".join(flag(field) for field in changed(name)) + run_flags
     languages = language_flags(source_lang, target_lang)
     return f"vanilla-transformer train --preset {name}{flags}{languages} --output-dir {output_dir}"
 
@@ -282,11 +357,33 @@ def write_release(
         "data": data,
         "reproduce": reproduce,
     } | ({"examples": examples} if examples else {})
+    if run_preset.get("run"):  # what the run recorded besides its preset: the reproduce line's flags come from it
+        record["run"] = run_preset["run"]
     card = card_from_release_record(release.name, record)
     with staged_folder(release, "release", "release", overwrite) as staging:
         for item in Path(final_dir).iterdir():
             if item.is_file() and not item.name.startswith("."):  # not the model folder's marker
                 shutil.copy2(item, staging / item.name)
+        record_tokenizer_fingerprint(staging)
         (staging / "results.json").write_text(json.dumps(record, indent=2) + "\n")
         card.save(staging / "README.md")
     return release
+
+
+def record_tokenizer_fingerprint(folder: str | Path) -> str:
+    """Make `folder`'s config.json record the fingerprint of the tokenizer beside it (`tokenizer_fingerprint`), so
+    that another tokenizer put in the folder later is refused when it loads; a fingerprint it records already must be
+    that tokenizer's (a model trained before fingerprints were recorded gets one). Returns the fingerprint."""
+    config_path = Path(folder) / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
+    recorded = config.get("tokenizer_fingerprint")
+    if recorded not in (None, fingerprint):
+        raise ValueError(
+            f"{config_path} records another tokenizer than the one beside it (fingerprint {recorded[:12]}… vs "
+            f"{fingerprint[:12]}…): the model was trained with other token ids; put the run's own tokenizer there."
+        )
+    if recorded is None:
+        config["tokenizer_fingerprint"] = fingerprint
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return fingerprint

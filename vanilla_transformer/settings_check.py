@@ -26,7 +26,7 @@ from datasets import Dataset
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .data.corpora import FilterReport
 from .loading import CONFIG_ERRORS, config_error_message
-from .presets import TrainingPreset, record_run_preset
+from .presets import RunSettings, TrainingPreset, record_run_preset
 from .tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
 
 # the settings that count something, with what they count: a run needs at least one of each
@@ -97,6 +97,7 @@ def check_settings(
     max_grad_norm: float = 0.0,
     threads: int | None = None,
     mixed_precision: str | None = None,
+    run: RunSettings | None = None,
 ) -> None:
     """Raise a `SettingsError` for every setting of `preset` and of the training function's own options that
     cannot finish as asked; needs neither the corpus nor a process group.
@@ -104,7 +105,7 @@ def check_settings(
     `averages_checkpoints`: the run averages its last `preset.average_last` checkpoints at the end (`training.train`),
     so it must write or find that many: `output_dir`'s checkpoints count when `resume`. A folder that holds another
     run raises `record_run_preset`'s `ValueError`. Options left at `None` were not given; `mixed_precision` is
-    "fp16", "bf16" or "no"/None."""
+    "fp16", "bf16" or "no"/None; `run` what the run records besides its preset, which a resume must match."""
     problems = []
     if mixed_precision == "fp16" and not fp16_available():
         # transformers' Trainer and accelerate both train in float32 then, without a word
@@ -167,7 +168,7 @@ def check_settings(
         problems.append(f"--output-dir {output_dir} is a file, not a folder: give a new folder, or the run's own.")
     _raise(problems)
 
-    record_run_preset(output_dir, preset, resume, write=False)
+    record_run_preset(output_dir, preset, resume, write=False, run=run)
     if averages_checkpoints:
         _raise(_checkpoint_problems(preset, Path(output_dir), resume))
 

@@ -14,12 +14,12 @@ from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase, Seq2Se
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
-from .data.corpora import load_corpus, sides, tokenize_pairs
+from .data.corpora import corpus_languages, load_corpus, sides, tokenize_pairs
 from .evaluation import compute_metrics_for_trainer
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .outputs import OutputError, check_not_an_input, check_output_folder, corpus_location, hold_lock, staged_folder
-from .presets import TrainingPreset, record_run_preset
+from .presets import RunSettings, TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
 from .tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
 from .trainer import VanillaTransformerTrainer
@@ -125,8 +125,8 @@ def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForCondi
 def train(
     preset: TrainingPreset,
     output_dir: str | Path,
-    source_lang: str = "en",
-    target_lang: str = "de",
+    source_lang: str | None = None,
+    target_lang: str | None = None,
     seed: int = 0,
     resume: bool = True,
     eval_beams: int = 1,
@@ -161,6 +161,17 @@ def train(
     <command>`.
     """
     # before the process group exists: every process refuses the same settings, none waits for another
+    source_lang, target_lang = corpus_languages(preset.corpus, source_lang, target_lang)
+    precision = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    run = RunSettings.for_corpus(
+        preset.corpus,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        seed=seed,
+        precision=precision,
+        per_device_batch_size=per_device_batch_size,
+        max_grad_norm=max_grad_norm,
+    )
     check_settings(
         preset,
         output_dir,
@@ -172,7 +183,8 @@ def train(
         log_steps=log_steps,
         max_grad_norm=max_grad_norm,
         threads=threads,
-        mixed_precision="bf16" if bf16 else "fp16" if fp16 else None,
+        mixed_precision=precision,
+        run=run,
     )
     # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
     check_run_folder(preset, output_dir, overwrite)
@@ -185,7 +197,7 @@ def train(
     state = PartialState(cpu=not torch.cuda.is_available())
     world_size, is_main_process = state.num_processes, state.is_main_process
     with run_lock(state, output):  # one run at a time in a folder
-        record_run_preset(output, preset, resume, write=is_main_process)
+        record_run_preset(output, preset, resume, write=is_main_process, run=run)
 
         train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
             state, preset, source_lang, target_lang, output

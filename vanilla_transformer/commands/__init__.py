@@ -335,6 +335,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser, scope: str = "") -> No
     )
 
 
+def add_language_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """`--source-lang` and `--target-lang`: en and de by default, except for a TSV file, whose columns do not say
+    (`data.corpora.corpus_languages`)."""
+    for flag, default in (("--source-lang", "en"), ("--target-lang", "de")):
+        parser.add_argument(
+            flag, help=f"{scope}default: {default}; needed for a TSV file unless its name says (en-zh.tsv)"
+        )
+
+
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
     the languages, and the options both training functions take."""
@@ -344,8 +353,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     for field, kind in PRESET_TYPES.items():  # add_preset_arguments types them int or float: check them here
         parser._option_string_actions[f"--{field.replace('_', '-')}"].type = kind
     parser.add_argument("--output-dir", required=True, type=output_dir)
-    parser.add_argument("--source-lang", default="en")
-    parser.add_argument("--target-lang", default="de")
+    add_language_arguments(parser)
     parser.add_argument(
         "--per-device-batch-size", type=optional_count, help="batches of this many pairs instead of tokens"
     )

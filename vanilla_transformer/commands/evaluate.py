@@ -20,6 +20,7 @@ from . import (
     DATA_DIR_HELP,
     UsageError,
     add_engine_arguments,
+    add_language_arguments,
     existing_dir,
     existing_file,
     model_source,
@@ -66,8 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --model: an Anki/Tatoeba TSV file (English<TAB>translation<TAB>attribution) whose --split "
         "(train, valid, test: the split rule of vanilla_transformer/data/anki.py) is translated",
     )
-    parser.add_argument("--source-lang", default="en")
-    parser.add_argument("--target-lang", default="de")
+    add_language_arguments(parser, "with --model: ")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
     parser.add_argument("--num-beams", type=num_beams, default=4, help="beam size (the paper: 4, §6.1)")
     parser.add_argument(
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError("--hypotheses needs --references")
     if args.model is not None and args.split is None:
         raise UsageError("--model needs --split")
+    from ..data.corpora import corpus_languages
     from ..evaluation import evaluate_model_on_split, score_files
 
     if args.hypotheses is not None:
@@ -94,12 +95,13 @@ def run(args: argparse.Namespace) -> None:
             bleu_tokenize=args.bleu_tokenize,
         )
     else:
+        source_lang, target_lang = corpus_languages(args.corpus_file or "", args.source_lang, args.target_lang)
         scores = evaluate_model_on_split(
             args.model,
             args.split,
             data_dir=args.data_dir,
-            source_lang=args.source_lang,
-            target_lang=args.target_lang,
+            source_lang=source_lang,
+            target_lang=target_lang,
             batch_size=args.batch_size,
             num_beams=args.num_beams,
             output_hypotheses=args.output_hypotheses,

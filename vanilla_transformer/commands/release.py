@@ -69,26 +69,22 @@ def run(args: argparse.Namespace) -> None:
     """Average, tune α when asked, score, write the release folder, and print its results."""
     from ..checkpoints import average_checkpoints, list_checkpoints, run_inputs
     from ..data.multi30k import MULTI30K_ENV
-    from ..outputs import check_not_an_input, check_output_folder
+    from ..outputs import check_not_an_input, check_output_folder, corpus_location
     from ..presets import read_run_preset
     from ..release import ReleaseData, adopt_best_length_penalty, evaluate_release, training_summary, write_release
 
     run_dir = Path(args.run_dir)
     final = run_dir / "final"
     preset = read_run_preset(run_dir / "preset.json") if (run_dir / "preset.json").is_file() else {}
-    corpus_file = args.corpus_file or (preset["corpus"] if Path(preset.get("corpus", "")).is_file() else None)
-    if corpus_file and not (args.source_lang and args.target_lang):
-        raise ValueError(
-            f"the run trained on the TSV file {corpus_file}, whose second column's language the file does not name: "
-            f"give --source-lang and --target-lang as the run was trained (e.g. --source-lang en --target-lang zh)."
-        )
-    data = ReleaseData(args.data_dir, corpus_file, args.source_lang or "en", args.target_lang or "de")
     # before any work: the release folder destroys no input, and replaces only a release folder of ours
     inputs, holders = run_inputs(run_dir)
     inputs += [("the run's averaged model", final), ("--data-dir", args.data_dir or os.environ.get(MULTI30K_ENV))]
-    inputs += [("the corpus file", corpus_file)]
+    trained_on = corpus_location(preset["corpus"]) if preset.get("corpus") else None
+    inputs += [("--corpus-file", args.corpus_file), ("the run's corpus", trained_on)]
     check_not_an_input(args.output_dir, inputs, holders=holders)
     check_output_folder(args.output_dir, "release", args.overwrite)
+    # scored on the test sets of what the run recorded it trained on, in its languages: never on other data
+    data = ReleaseData.for_run(preset, args.data_dir, args.corpus_file, args.source_lang, args.target_lang)
     last = args.last or preset.get("average_last", 5)
     averaged = average_checkpoints(run_dir, final, last, overwrite=args.overwrite, command="release")
     on_valid = {}

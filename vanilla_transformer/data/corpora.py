@@ -6,10 +6,13 @@ of Multi30k), a tab-separated Anki/Tatoeba file of English and one other languag
 dataset by name or local folder, and the built-in English→German grammar corpus (`grammar.py`), the offline default.
 """
 
+import hashlib
 import logging
+import re
 import sys
 import unicodedata
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -149,6 +152,66 @@ def load_corpus(
         f"{source} has columns {dataset.column_names}: neither a {translation_column!r} column nor one column per "
         f"language ({source_lang!r}, {target_lang!r}); pass --translation-column."
     )
+
+
+# a TSV file named for its direction, e.g. en-zh.tsv or tatoeba.en-zh.txt: source, then target language
+DIRECTION_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3})-([a-z]{2,3})\.(?:tsv|txt)$")
+
+
+def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | None) -> tuple[str, str]:
+    """The source and target language of a run on `corpus`: those given; for a TSV file (English and one other
+    language, which its columns do not name) both must be given, or read from a file name such as `en-zh.tsv`;
+    any other corpus defaults to en→de. A TSV file without them raises, naming the flags."""
+    if source_lang and target_lang:
+        return source_lang, target_lang
+    path = Path(corpus).expanduser()
+    if path.is_file():
+        named = DIRECTION_IN_NAME.search(path.name)
+        if named and not (source_lang or target_lang):
+            return named.group(1), named.group(2)
+        raise ValueError(
+            f"{corpus} is a TSV file of English and one other language, and nothing says which language or "
+            f"direction: give --source-lang and --target-lang (e.g. --source-lang en --target-lang zh for Tatoeba's "
+            f"cmn.txt), or name the file for its direction (en-zh.tsv)."
+        )
+    return source_lang or "en", target_lang or "de"
+
+
+def local_corpus(corpus: str) -> Path | None:
+    """The file or folder a corpus name means on this machine (absolute, links resolved), or None for the built-in
+    corpus, `"multi30k"` and `datasets` names that are not local paths."""
+    if corpus in (BUILTIN, MULTI30K):
+        return None
+    path = Path(corpus).expanduser()
+    return path.resolve() if path.exists() else None
+
+
+def corpus_sha256(corpus: str) -> str | None:
+    """A SHA-256 of a local corpus's content: the file itself, or for a folder the name and content of each file
+    directly in it (`{split}.{lang}`); None for corpora known by name (`local_corpus`). Two names for the same data
+    (a relative and an absolute path, a moved copy) give the same digest; an edited file gives another."""
+    path = local_corpus(corpus)
+    if path is None:
+        return None
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(
+            f"{file.name if path.is_dir() else ''}\0{_file_sha256(file, stat.st_size, stat.st_mtime_ns)}\0".encode()
+        )
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=256)
+def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    """A file's SHA-256, read once per process for each (size, mtime): the settings checks and the record of a run
+    both ask for the corpus's digest."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def find_split(split: str, available: list[str], source: str) -> str:
