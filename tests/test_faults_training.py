@@ -4,12 +4,14 @@ weights and the same BLEU."""
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from transformers.trainer_utils import get_last_checkpoint
@@ -172,3 +174,118 @@ def test_same_seed_same_weights_and_bleu(tmp_path):
     assert state["param_groups"][0]["fused"] is True
     # a different seed gives different weights, so the comparison above can fail
     assert any(not torch.equal(runs["first"][0][k], runs["other"][0][k]) for k in runs["first"][0])
+
+
+# -- one line for what a user meets (issue 36): a full disk, a second run in the folder, a hostile pickle -------------
+
+QUICK_ARGS = [
+    *("--preset", "demo", "--max-steps", "2", "--save-steps", "2", "--average-last", "1", "--eval-samples", "4"),
+    *("--max-tokens", "600", "--tokens-per-update", "600", "--vocab-size", "400", "--threads", "1"),
+]
+
+
+def command(*argv: str, cwd: Path, file_size_limit: int | None = None) -> subprocess.CompletedProcess:
+    """`python -m vanilla_transformer ARGV`; with `file_size_limit`, no file of the process may grow past that many
+    bytes (the kernel refuses the write with EFBIG, as a full disk refuses it with ENOSPC)."""
+
+    def limit_file_size() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an error from write(), not a signal that kills
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "vanilla_transformer", *argv],
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TQDM_DISABLE="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=limit_file_size if file_size_limit else None,
+    )
+
+
+def assert_one_line(done: subprocess.CompletedProcess, *parts: str) -> None:
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and all(part in last for part in parts), last
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    """A finished two-update run of the demo preset: checkpoint-2 with the Trainer's pickles, final/."""
+    run = tmp_path_factory.mktemp("quick") / "run"
+    done = command("train", *QUICK_ARGS, "--report-to", "none", "--output-dir", str(run), cwd=run.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+def test_a_full_disk_ends_training_and_averaging_in_one_line_keeping_what_was_there(quick_run, tmp_path):
+    # training: the tokenizer fits, the first checkpoint's weights do not
+    done = command("train", *QUICK_ARGS, "--output-dir", "run", cwd=tmp_path, file_size_limit=200_000)
+    assert_one_line(done, "File too large", "free space")
+    assert not list_checkpoints(tmp_path / "run")
+    # averaging into a folder that holds an earlier average: it stays as it was
+    shutil.copytree(quick_run / "final", tmp_path / "average")
+    before = tree(tmp_path)
+    argv = ("average", "--run-dir", str(quick_run), "--last", "1", "--output-dir", "average")
+    done = command(*argv, cwd=tmp_path, file_size_limit=200_000)
+    assert_one_line(done, "File too large", "what was there is kept")
+    assert tree(tmp_path) == before
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused_on_every_path(tmp_path, monkeypatch, capsys):
+    from vanilla_transformer.cli import main
+    from vanilla_transformer.outputs import hold_lock
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    with hold_lock(run):  # this process trains there
+        done = command("train", *QUICK_ARGS, "--output-dir", "run", cwd=tmp_path)  # another process
+        assert_one_line(done, "--output-dir run is in use: another run is training in it")
+        with pytest.raises(SystemExit) as exited:  # the lock is per open folder: this process is refused as well
+            main(["train-no-trainer", *QUICK_ARGS, "--output-dir", "run"])
+        assert exited.value.code == 2 and "is in use" in capsys.readouterr().err
+    assert list(run.iterdir()) == []
+    with hold_lock(run):  # released when the first holder ends
+        pass
+
+
+EVIL = """
+import pathlib, sys, torch
+class Evil:
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(sys.argv[2]),))
+torch.save({"cpu_rng_state": Evil()}, sys.argv[1])
+"""
+
+
+def test_a_hostile_pickle_in_a_checkpoint_is_refused_in_one_line_and_never_run(quick_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(quick_run, run)
+    marker = tmp_path / "the-pickle-ran"
+    subprocess.run([sys.executable, "-c", EVIL, str(run / "checkpoint-2" / "rng_state.pth"), str(marker)], check=True)
+    done = command("train", *QUICK_ARGS, "--max-steps", "4", "--output-dir", "run", cwd=tmp_path)  # resumed
+    assert_one_line(done, "rng_state.pth holds pickled objects other than tensors", "never run")
+    assert not marker.exists()
+
+
+def test_fp16_on_a_machine_without_a_gpu_is_refused_not_ignored(tmp_path, monkeypatch, capsys):
+    from vanilla_transformer.cli import main
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("this machine trains in fp16; the refusal is for machines without a CUDA or MPS device")
+    monkeypatch.chdir(tmp_path)
+    for name, flag in (("train", "--fp16"), ("train-no-trainer", "--mixed-precision=fp16")):
+        with pytest.raises(SystemExit) as exited:
+            main([name, *QUICK_ARGS, flag, "--output-dir", "run"])
+        error = capsys.readouterr().err
+        assert exited.value.code == 2 and "--fp16: float16 mixed precision needs a CUDA or MPS device" in error
+    assert not (tmp_path / "run").exists()

@@ -319,3 +319,23 @@ def test_the_command_line_and_scripts_end_a_user_error_in_one_line_or_debug_it(t
         done = cli(*debug, cwd=tmp_path)
         assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
         assert "ValueError: " in done.stderr and "has 0 checkpoints" in done.stderr
+
+
+def test_a_full_disk_reported_by_a_native_writer_is_a_user_error():
+    from vanilla_transformer.cli import user_error_message
+
+    # safetensors (Rust) and torch.save (C++) raise no OSError: their messages, anywhere in the chain, tell
+    safetensors = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert user_error_message(safetensors).startswith("error: No space left on device: free space")
+    try:
+        try:
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file "
+                               "data/0: file write failed")  # fmt: skip
+        except RuntimeError as cause:
+            raise RuntimeError("saving the optimizer failed") from cause
+    except RuntimeError as error:
+        assert user_error_message(error) == (
+            "error: a file could not be written (is the disk full?): free space (or choose another disk); what was "
+            "there is kept"
+        )
+    assert user_error_message(RuntimeError("I/O error: entity not found (os error 2)")) is None  # a bug, not a disk

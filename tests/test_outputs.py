@@ -21,6 +21,7 @@ from vanilla_transformer.cli import main
 from vanilla_transformer.outputs import (
     MARKER_NAME,
     OutputError,
+    _writer_tag,
     check_not_an_input,
     check_output_folder,
     read_marker,
@@ -517,3 +518,88 @@ def current_umask() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
+
+
+# -- round two (issue 36): the export joins the rule, killed writes leave nothing for good, refusals change nothing --
+
+
+def test_the_export_refuses_its_own_model_as_output_with_or_without_overwrite(
+    model_folder, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link").symlink_to("model")
+    before = tree_state(tmp_path)
+    done = run_script("export_ctranslate2", "model", "model", "--overwrite", cwd=tmp_path)
+    assert_refused(done, "OUTPUT_DIR model is MODEL_DIR model")
+    for output, relation in [
+        ("model", "is MODEL_DIR model"),
+        ("link", "is MODEL_DIR model"),
+        ("model/ct2", "lies inside MODEL_DIR model"),
+        (".", "contains MODEL_DIR model"),
+    ]:
+        for overwrite in ([], ["--overwrite"]):
+            with pytest.raises(SystemExit) as exited:
+                main(["export-ctranslate2", "model", output, *overwrite])
+            assert exited.value.code == 2
+            assert f"error: OUTPUT_DIR {output} {relation}" in capsys.readouterr().err
+    assert tree_state(tmp_path) == before
+
+
+def test_the_pytorch_engine_names_a_ctranslate2_export_and_the_flag_to_use(model_folder, tmp_path):
+    from vanilla_transformer.ctranslate2_engine import export_ctranslate2
+
+    export_ctranslate2(model_folder, tmp_path / "export")
+    (tmp_path / "input.en").write_text("A dog runs.\n")
+    done = run_script("translate", "--model", "export", "--input", "input.en", cwd=tmp_path)
+    assert_refused(done, "export is a CTranslate2 export", "--engine ctranslate2")
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from vanilla_transformer.outputs import staged_folder
+with staged_folder(sys.argv[1], "model", "average", overwrite=True) as staging:
+    (staging / "model.safetensors").write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_staging_left_by_a_killed_command_is_removed_by_the_next_one(run_dir, tmp_path):
+    output = tmp_path / "averaged"
+    done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(output)], capture_output=True, check=False)
+    assert done.returncode == -9
+    [killed] = staged_leftovers(tmp_path)
+    assert not output.exists() and (killed / "model.safetensors").read_bytes() == b"half"
+    # what a live writer (this process) or one on another machine (a shared disk) is writing stays
+    live = tmp_path / f".averaged-{_writer_tag()}-abc12345.staged"
+    elsewhere = tmp_path / ".averaged-otherhost-1-abc12345.staged"
+    older = tmp_path / ".averaged-k2j4h5g6.staged"  # the hidden name of versions that named no writer
+    for folder in (live, elsewhere, older):
+        folder.mkdir()
+    average_checkpoints(run_dir, output, last=2)
+    assert (output / "model.safetensors").is_file()
+    assert staged_leftovers(tmp_path) == sorted([live, elsewhere])
+
+
+def test_refusals_of_plot_attention_leave_no_folder_behind(model_folder, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = tree_state(tmp_path)
+    figures = ["--output-dir", "figures/new"]
+    for argv, expected in [
+        (["--sentence", "A dog.", "--layers", "9"], "--layers 9 --heads 0: the model has layers 0..1"),
+        (["--sentence", "A dog.", "--heads", "0", "4"], "and heads 0..3"),
+        (["--sentence", "  "], "--sentence is empty"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["plot-attention", "--model", "model", *argv, *figures])
+        assert exited.value.code == 2 and expected in capsys.readouterr().err
+    assert tree_state(tmp_path) == before
+
+
+def test_a_write_that_fails_removes_the_folders_it_created_and_only_those(tmp_path):
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError), staged_file(tmp_path / "kept" / "a" / "b" / "out.txt") as staging:
+        staging.write_text("half")
+        raise RuntimeError("the writer failed")
+    with pytest.raises(RuntimeError), staged_folder(tmp_path / "kept" / "c" / "model", "model", "average"):
+        raise RuntimeError("the writer failed")
+    assert tree_state(tmp_path) == {"kept": "folder"}
