@@ -5,13 +5,14 @@ property-based tests over random token sequences and masks."""
 
 import importlib.util
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import EOS, PAD, VOCAB, tiny_model
+from conftest import EOS, PAD, VOCAB, random_batch, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -165,6 +166,34 @@ def test_learned_positions_refuse_long_lines_naming_the_limit(builtin_tokenizer)
 def test_generate_names_an_empty_source():
     with pytest.raises(ValueError, match=r"The source is empty \(shape \(2, 0\)\)"):
         tiny_model().generate(input_ids=torch.zeros((2, 0), dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool, torch.uint8, torch.int16])
+@pytest.mark.parametrize("argument", ["input_ids", "decoder_input_ids", "labels"])
+def test_token_ids_of_another_dtype_are_refused_naming_the_argument_the_dtype_and_the_fix(argument, dtype):
+    """Ids as floats (a tensor built from a list of floats, a cast on the way) or as an integer type that embedding
+    lookups do not take: one ValueError, not the raw error of F.embedding or a loss reading floats as probabilities."""
+    batch = random_batch() | {"labels": random_batch(seed=1)["decoder_input_ids"]}
+    batch[argument] = batch[argument].to(dtype)
+    vectors = {"input_ids": " (or pass vectors as inputs_embeds)", "decoder_input_ids": " (or pass vectors as "}
+    expected = (
+        f"{argument} must hold integer token ids (torch.long or torch.int), got dtype {dtype}; convert them with "
+        f"{argument}.long(){vectors.get(argument, '.')}"
+    )
+    with pytest.raises(ValueError) as error:
+        tiny_model()(**batch)
+    assert str(error.value).startswith(expected)
+    if argument == "input_ids":  # generate reaches the same check
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            tiny_model().generate(input_ids=batch["input_ids"], max_new_tokens=2)
+
+
+def test_int32_ids_are_taken_as_they_are():
+    model, batch = tiny_model(), random_batch()
+    labels = random_batch(seed=1)["decoder_input_ids"]
+    expected = model(**batch, labels=labels)
+    as_int32 = model(**{key: value.int() for key, value in batch.items()}, labels=labels.int())
+    assert torch.equal(as_int32.logits, expected.logits) and torch.equal(as_int32.loss, expected.loss)
 
 
 # --- properties of the model over random token sequences and masks ---------------------------------------------

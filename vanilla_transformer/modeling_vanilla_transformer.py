@@ -123,6 +123,18 @@ def check_shape(tensor: torch.Tensor | None, expected: tuple, name: str, allow_4
         raise ValueError(f"{name} must have shape ({names}), got {tuple(tensor.shape)}.")
 
 
+def check_integer_ids(token_ids: torch.Tensor, name: str, embeds_name: str | None = None) -> None:
+    """Raise a `ValueError` naming the dtype of token ids that are not int64 or int32 (floats, bools, or the integer
+    types `F.embedding` does not take), instead of that raw error, or a cross-entropy that reads float labels as
+    class probabilities. A dtype is known while tracing: under torch.compile this costs nothing and breaks no graph."""
+    if token_ids.dtype not in (torch.int64, torch.int32):
+        vectors = f" (or pass vectors as {embeds_name})" if embeds_name else ""
+        raise ValueError(
+            f"{name} must hold integer token ids (torch.long or torch.int), got dtype {token_ids.dtype}; convert "
+            f"them with {name}.long(){vectors}."
+        )
+
+
 def positions_from_mask(attention_mask: torch.Tensor | None, seq_length: int) -> torch.Tensor | None:
     """The position of each of the last `seq_length` tokens: the number of unmasked tokens before it, as fairseq's
     `make_positions` counts, so that padding on either side leaves a sentence's positions (and translation) as they
@@ -484,6 +496,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"Pass exactly one of {ids_name} or {embeds_name} to the {type(self).__name__}.")
         if inputs_embeds is None:
+            check_integer_ids(input_ids, ids_name, embeds_name)
             check_shape(input_ids, ("batch_size", length_name), ids_name)
             check_token_ids(input_ids, self.embed_tokens.num_embeddings, ids_name)
             inputs_embeds = self.embed_tokens(input_ids)
@@ -769,6 +782,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerGenerationMix
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is not None:
+            check_integer_ids(labels, "labels")
             check_shape(labels, ("batch_size", "target_length"), "labels")
             check_token_ids(labels, self.config.decoder_vocab_size, "labels", ignore_index=-100)
             use_cache = False
@@ -791,9 +805,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerGenerationMix
 
         loss = None
         if labels is not None:
-            # summed in float32, then divided by the target tokens of the (accumulated) batch
+            # summed in float32, then divided by the target tokens of the (accumulated) batch; cross_entropy takes
+            # int64 targets only, int32 labels as they are (a no-op for int64)
             loss = F.cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
+                logits.float().reshape(-1, logits.shape[-1]),
+                labels.reshape(-1).long(),
+                ignore_index=-100,
+                reduction="sum",
             )
             if num_items_in_batch is None:
                 num_items_in_batch = (labels != -100).sum()
