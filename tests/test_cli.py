@@ -223,3 +223,24 @@ def test_the_wheel_installed_elsewhere_runs_and_renders_cards(installed, model_f
     assert card.startswith("---\n") and "model-index:" in card and "license: other" in card  # Multi30k's terms
     assert "# wheel-install" in card and "| test2016 | 13.4 | 12.3 | 45.6 |" in card
     assert "an untrained 2+2-layer model for the wheel test" in card
+
+
+def test_evaluate_on_a_tsv_file_needs_its_languages_unless_its_name_gives_them(model_folder, tmp_path, capsys):
+    line = "Hi.\t嗨。\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)\n"
+    (tmp_path / "cmn.txt").write_text(line, encoding="utf-8")
+    (tmp_path / "cmn.en-zh.txt").write_text(line, encoding="utf-8")
+    evaluate = ["evaluate", "--model", str(model_folder), "--split", "test", "--num-beams", "1", "--corpus-file"]
+    for languages in ([], ["--source-lang", "en"], ["--target-lang", "zh"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*evaluate, str(tmp_path / "cmn.txt"), *languages])
+        assert exited.value.code == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+        assert captured.err.startswith(f"error: {tmp_path / 'cmn.txt'} is a TSV file of English and one other language")
+        assert "give --source-lang and --target-lang" in captured.err
+    # named for its direction, the file is read as en→zh: what stops it then is its size (one pair, no train split)
+    with pytest.raises(SystemExit) as exited:
+        main([*evaluate, str(tmp_path / "cmn.en-zh.txt")])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--source-lang" not in error and "1 pairs leave nothing to train on" in error

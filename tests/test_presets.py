@@ -2,21 +2,27 @@
 starts."""
 
 import argparse
+import hashlib
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from vanilla_transformer.checkpoints import RESUME_FILES, list_checkpoints
+from vanilla_transformer.cli import main
+from vanilla_transformer.data.grammar import grammar_pairs
 from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.presets import (
     PRESET_FLAGS,
     TRAINING_PRESETS,
+    RunSettings,
     add_preset_arguments,
     get_training_preset,
     preset_from_arguments,
@@ -267,3 +273,218 @@ def test_edge_settings_train_and_leave_the_checkpoints_counted(tmp_path):
     assert [int(path.name.split("-")[1]) for path in list_checkpoints(tmp_path)] == trainer_checkpoint_steps(5, 2)
     assert [entry["step"] for entry in run.log_history if "eval_bleu" in entry] == [5]
     assert (tmp_path / "final" / "model.safetensors").is_file()
+
+
+# -- provenance: a run records what it trained with besides its preset (`RunSettings`), and resumes only with it -----
+
+RUN_SETTING_CHANGES = [
+    pytest.param(
+        {"source_lang": "de", "target_lang": "en"},
+        ["source_lang: 'en' -> 'de'", "target_lang: 'de' -> 'en'"],
+        id="languages-swapped",
+    ),
+    pytest.param({"seed": 3}, ["seed: 0 -> 3"], id="seed"),
+    pytest.param({"precision": "bf16"}, ["precision: 'fp32' -> 'bf16'"], id="precision"),
+    pytest.param({"per_device_batch_size": 16}, ["per_device_batch_size: None -> 16"], id="batch-of-pairs"),
+    pytest.param({"max_grad_norm": 1.0}, ["max_grad_norm: 0.0 -> 1.0"], id="clipping"),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), RUN_SETTING_CHANGES)
+def test_a_resume_is_refused_naming_each_run_setting_that_differs(changes, expected, tmp_path):
+    run = tmp_path / "run"
+    preset = get_training_preset("demo")
+    settings = RunSettings.for_corpus(preset.corpus)
+    record_run_preset(run, preset, resume=True, run=settings)
+    assert json.loads((run / "preset.json").read_text())["run"] == asdict(settings)
+    assert settings.corpus_sha256 is None  # the built-in corpus has no file
+    # before its first checkpoint a start trains from scratch: only what its tokenizer depends on must stay
+    (run / "tokenizer").mkdir()
+    (run / "tokenizer" / "tokenizer.json").write_text("{}")
+    record_run_preset(run, preset, resume=True, write=False, run=replace(settings, **changes))
+    (run / "checkpoint-10").mkdir()
+    recorded = (run / "preset.json").read_bytes()
+    with pytest.raises(ValueError) as refusal:
+        record_run_preset(
+            run, get_training_preset("demo", max_steps=900), resume=True, run=replace(settings, **changes)
+        )
+    message = str(refusal.value)
+    assert message.startswith(f"{run} holds a run trained with other settings (") and "\n" not in message
+    for text in expected:
+        assert text in message
+    assert "only max_steps, save_steps, eval_steps, average_last may change" in message
+    assert (run / "preset.json").read_bytes() == recorded
+    # the settings it recorded continue it, for longer
+    record_run_preset(run, get_training_preset("demo", max_steps=900), resume=True, run=settings)
+    assert json.loads((run / "preset.json").read_text())["max_steps"] == 900
+
+
+def test_every_differing_setting_is_named_in_one_refusal_and_old_records_are_checked_on_the_preset(tmp_path):
+    run = tmp_path / "run"
+    settings = RunSettings(seed=1)
+    record_run_preset(run, get_training_preset("demo"), resume=True, run=settings)
+    (run / "checkpoint-10").mkdir()
+    changed = replace(settings, seed=2, precision="fp16", target_lang="fr")
+    with pytest.raises(ValueError) as refusal:
+        record_run_preset(run, get_training_preset("demo", dropout=0.3), resume=True, run=changed)
+    assert "(dropout: 0.1 -> 0.3; target_lang: 'de' -> 'fr'; seed: 1 -> 2; precision: 'fp32' -> 'fp16')" in str(
+        refusal.value
+    )
+    # a record written before run settings were recorded: checked on its preset alone, then records them
+    record = json.loads((run / "preset.json").read_text())
+    del record["run"]
+    (run / "preset.json").write_text(json.dumps(record))
+    record_run_preset(run, get_training_preset("demo"), resume=True, run=changed)
+    assert json.loads((run / "preset.json").read_text())["run"] == asdict(changed)
+
+
+def test_a_corpus_file_is_the_same_by_content_whatever_directory_or_path_names_it(tmp_path, monkeypatch):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, text in ((first, "Hi.\tHallo.\n"), (second, "Bye.\tTschüss.\n")):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "pairs.tsv").write_text(text)
+    trained_on = (first / "data" / "pairs.tsv").resolve()
+    copy = shutil.copy(trained_on, tmp_path / "moved.tsv")
+    run = tmp_path / "run"
+
+    def start(corpus: str, write: bool = False) -> None:
+        settings = RunSettings.for_corpus(corpus, source_lang="en", target_lang="de")
+        record_run_preset(run, get_training_preset("demo", corpus=corpus), resume=True, write=write, run=settings)
+
+    monkeypatch.chdir(first)
+    start("data/pairs.tsv", write=True)
+    record = json.loads((run / "preset.json").read_text())
+    digest = hashlib.sha256(trained_on.read_bytes()).hexdigest()
+    assert record["corpus"] == str(trained_on) and record["run"]["corpus_sha256"] == digest
+    (run / "checkpoint-2").mkdir()
+    recorded = (run / "preset.json").read_bytes()
+    # the same relative name in another directory is another file
+    monkeypatch.chdir(second)
+    other = hashlib.sha256((second / "data" / "pairs.tsv").read_bytes()).hexdigest()
+    with pytest.raises(ValueError) as refusal:
+        start("data/pairs.tsv")
+    assert (
+        f"(corpus: '{trained_on}' (sha256 {digest[:12]}…) -> '{(second / 'data' / 'pairs.tsv').resolve()}' "
+        f"(sha256 {other[:12]}…), other content)" in str(refusal.value)
+    )
+    # the file trained on, by its absolute path, another relative path, or moved: the same corpus
+    for corpus in (str(trained_on), "../a/data/pairs.tsv", "../a/../a/data/pairs.tsv", str(copy)):
+        start(corpus)
+    assert (run / "preset.json").read_bytes() == recorded
+    # the same file, edited since: other content, whatever names it
+    trained_on.write_text("Hi.\tServus.\n")
+    with pytest.raises(ValueError, match="other content"):
+        start(str(trained_on))
+    start(str(copy))
+
+
+def run_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m vanilla_transformer ARGV` in a fresh process, offline, as a user runs it."""
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "vanilla_transformer", *argv],
+        cwd=cwd,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file and folder under `root`, hidden ones too, with a digest of each file's content."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder"
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def one_error_line(stderr: str) -> str:
+    """The one `error: ...` line a user error ends with, without a traceback."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and stderr.strip().splitlines()[-1] == errors[0], stderr[-3000:]
+    return errors[0]
+
+
+# a TSV file named for its direction, which a run needs no language flags for; 2 updates of the demo preset
+TSV_CORPUS = "pairs.en-de.tsv"
+TSV_TRAIN = [
+    *("train", "--preset", "demo", "--corpus", TSV_CORPUS, "--max-steps", "2", "--save-steps", "2"),
+    *("--average-last", "1", "--eval-samples", "4", "--threads", "1", "--report-to", "none", "--output-dir", "RUN"),
+]
+
+
+@pytest.fixture(scope="module")
+def tsv_run(tmp_path_factory) -> Path:
+    """A folder holding `pairs.en-de.tsv` (2,500 distinct pairs in the Anki format: English, translation,
+    attribution) and RUN, a run trained on it by `python -m vanilla_transformer train` in a fresh process, without
+    language flags."""
+    root = tmp_path_factory.mktemp("tsv-run")
+    pairs = grammar_pairs(2500, seed=7)
+    lines = [f"{en}\t{de}\tCC-BY 2.0 (France) Attribution: example.org #{i}\n" for i, (en, de) in enumerate(pairs)]
+    (root / TSV_CORPUS).write_text("".join(lines), encoding="utf-8")
+    done = run_cli(*TSV_TRAIN, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root
+
+
+def test_a_run_on_a_tsv_file_records_the_direction_its_name_gives_and_refuses_it_swapped(tsv_run):
+    record = json.loads((tsv_run / "RUN" / "preset.json").read_text())
+    corpus = (tsv_run / TSV_CORPUS).resolve()
+    assert record["corpus"] == str(corpus)
+    assert record["run"] == asdict(
+        RunSettings(source_lang="en", target_lang="de", corpus_sha256=hashlib.sha256(corpus.read_bytes()).hexdigest())
+    )
+    assert (tsv_run / "RUN" / "checkpoint-2").is_dir() and (tsv_run / "RUN" / "final" / "config.json").is_file()
+    before = tree_digest(tsv_run)
+    done = run_cli(*TSV_TRAIN, "--source-lang", "de", "--target-lang", "en", cwd=tsv_run)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_error_line(done.stderr)
+    assert line.startswith("error: RUN holds a run trained with other settings (")
+    assert "source_lang: 'en' -> 'de'" in line and "target_lang: 'de' -> 'en'" in line
+    assert tree_digest(tsv_run) == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--seed", "3"], "(seed: 0 -> 3)"),
+        (["--bf16"], "(precision: 'fp32' -> 'bf16')"),
+        (["--max-grad-norm", "1.0"], "(max_grad_norm: 0.0 -> 1.0)"),
+        (["--source-lang", "en", "--target-lang", "fr"], "(target_lang: 'de' -> 'fr')"),
+    ],
+    ids=["seed", "bf16", "clipping", "target-lang"],
+)
+def test_the_train_command_refuses_to_resume_a_run_with_other_settings(tsv_run, flags, expected, capsys, monkeypatch):
+    monkeypatch.chdir(tsv_run)
+    before = tree_digest(tsv_run)
+    with pytest.raises(SystemExit) as exited:
+        main([*TSV_TRAIN, *flags])
+    assert exited.value.code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"RUN holds a run trained with other settings {expected}. Resume it with the settings in " in line
+    assert tree_digest(tsv_run) == before
+
+
+def test_a_tsv_file_not_named_for_its_direction_needs_the_language_flags(tsv_run, capsys, monkeypatch):
+    monkeypatch.chdir(tsv_run)
+    shutil.copy(TSV_CORPUS, "pairs.tsv")
+    before = tree_digest(tsv_run)
+    for languages in ([], ["--source-lang", "en"]):
+        argv = [*TSV_TRAIN[:-1], "NEW", *languages]
+        argv[argv.index(TSV_CORPUS)] = "pairs.tsv"
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert line.startswith("error: pairs.tsv is a TSV file of English and one other language")
+        assert "give --source-lang and --target-lang" in line
+    assert tree_digest(tsv_run) == before and not (tsv_run / "NEW").exists()
+    # with them, the file under this other name is the corpus RUN trained on: its resume passes the checks
+    preset = get_training_preset("demo", corpus="pairs.tsv", max_steps=4, save_steps=2, average_last=1)
+    settings = RunSettings.for_corpus("pairs.tsv", source_lang="en", target_lang="de")
+    check_settings(preset, "RUN", resume=True, averages_checkpoints=True, run=settings)
+    (tsv_run / "pairs.tsv").unlink()

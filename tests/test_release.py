@@ -4,19 +4,30 @@ what their cards say."""
 import hashlib
 import json
 import os
+import shlex
+import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import tiny_model
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vanilla_transformer.data.corpora import read_lines
+from vanilla_transformer.cli import build_parser, main
+from vanilla_transformer.data.corpora import load_builtin, read_lines
 from vanilla_transformer.evaluation import score_translations
 from vanilla_transformer.loading import CODE_FILES
 from vanilla_transformer.model_card import card_for_folder
-from vanilla_transformer.presets import get_training_preset, read_run_preset
-from vanilla_transformer.release import SMOKE_SENTENCES
-from vanilla_transformer.tokenization import lowercases
+from vanilla_transformer.presets import RunSettings, get_training_preset, read_run_preset
+from vanilla_transformer.release import (
+    SMOKE_SENTENCES,
+    ReleaseData,
+    record_tokenizer_fingerprint,
+    train_command,
+    write_release,
+)
+from vanilla_transformer.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint, train_joint_bpe
 from vanilla_transformer.translation import translate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -299,3 +310,203 @@ def test_training_summary_counts_what_the_run_did(tmp_path):
     os.utime(run / "tokenizer" / "tokenizer.json", (0, 0))
     os.utime(averaged[-1], (5400, 5400))
     assert training_summary(run, preset, final, averaged, "a test CPU", "final")["wall_clock_hours"] == 1.5
+
+
+# -- provenance: a release is scored on what its run trained on, reproduced with what it recorded ---------------------
+
+ATTRIBUTION = "CC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)"
+
+
+def run_record(preset: str = "demo", **settings) -> dict:
+    """A run's preset.json as training writes it: the preset's fields and its `"run"` settings."""
+    corpus = settings.pop("corpus", None)
+    record = json.loads(json.dumps(get_training_preset(preset, corpus=corpus).as_dict()))
+    run = RunSettings.for_corpus(record["corpus"], **settings)
+    return record | {"run": asdict(run)}
+
+
+@pytest.fixture
+def tsv_files(tmp_path) -> tuple[Path, Path]:
+    """Two TSV files of other pairs: the one a run trained on, and another."""
+    (tmp_path / "data").mkdir()
+    trained_on, other = tmp_path / "data" / "cmn.txt", tmp_path / "other.txt"
+    trained_on.write_text(f"Hi.\t嗨。\t{ATTRIBUTION}\n", encoding="utf-8")
+    other.write_text(f"Run!\t你用跑的。\t{ATTRIBUTION}\n", encoding="utf-8")
+    return trained_on, other
+
+
+def test_release_data_of_a_tsv_run_is_its_file_in_its_languages(tsv_files, tmp_path):
+    trained_on, other = tsv_files
+    run = run_record(corpus=str(trained_on), source_lang="en", target_lang="zh")
+    assert ReleaseData.for_run(run) == ReleaseData(None, str(trained_on), "en", "zh")
+    assert ReleaseData.for_run(run, source_lang="en", target_lang="zh") == ReleaseData(
+        None, str(trained_on), "en", "zh"
+    )
+    copy = shutil.copy(trained_on, tmp_path / "elsewhere.tsv")  # the same content under another name
+    assert ReleaseData.for_run(run, corpus_file=copy) == ReleaseData(None, copy, "en", "zh")
+    refusals = [
+        ({"corpus_file": other}, f"{other} is not the file the run trained on: its content differs"),
+        ({"data_dir": tmp_path}, f"--data-dir {tmp_path}: the run trained on the TSV file {trained_on}"),
+        ({"source_lang": "zh", "target_lang": "en"}, "--source-lang zh: the run trained with --source-lang en"),
+        ({"target_lang": "ja"}, "--target-lang ja: the run trained with --target-lang zh"),
+    ]
+    for options, expected in refusals:
+        with pytest.raises(ValueError) as refusal:
+            ReleaseData.for_run(run, **options)
+        assert expected in str(refusal.value), options
+    # the file edited since the run: refused, by content
+    trained_on.write_text(trained_on.read_text(encoding="utf-8") * 2, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{trained_on} is not the file the run trained on"):
+        ReleaseData.for_run(run)
+    # the file gone: the same content given with --corpus-file is accepted
+    trained_on.unlink()
+    with pytest.raises(ValueError, match="is not there any more: give it with --corpus-file"):
+        ReleaseData.for_run(run)
+    assert ReleaseData.for_run(run, corpus_file=copy) == ReleaseData(None, copy, "en", "zh")
+    with pytest.raises(ValueError, match="is not the file the run trained on"):
+        ReleaseData.for_run(run, corpus_file=other)
+
+
+def test_release_data_of_a_run_recorded_before_its_settings_needs_its_languages(tsv_files):
+    trained_on, other = tsv_files
+    run = json.loads(json.dumps(get_training_preset("demo", corpus=str(trained_on)).as_dict()))
+    with pytest.raises(ValueError, match="give --source-lang and --target-lang"):
+        ReleaseData.for_run(run)
+    assert ReleaseData.for_run(run, source_lang="en", target_lang="zh").corpus_file == str(trained_on)
+    with pytest.raises(ValueError, match=f"--corpus-file {other}: the run trained on {trained_on}"):
+        ReleaseData.for_run(run, corpus_file=other, source_lang="en", target_lang="zh")
+
+
+def test_release_data_of_a_multi30k_run_is_multi30k_and_runs_without_a_test_set_are_refused(tsv_files, tmp_path):
+    trained_on, _ = tsv_files
+    multi30k = run_record("multi30k")
+    assert ReleaseData.for_run(multi30k) == ReleaseData(None, None, "en", "de")
+    assert ReleaseData.for_run(multi30k, data_dir=tmp_path) == ReleaseData(tmp_path, None, "en", "de")
+    with pytest.raises(ValueError, match=f"--corpus-file {trained_on}: the run trained on Multi30k"):
+        ReleaseData.for_run(multi30k, corpus_file=trained_on)
+    with pytest.raises(ValueError, match="--source-lang fr: the run trained with --source-lang en"):
+        ReleaseData.for_run(multi30k, source_lang="fr")
+    for run, kind in [(run_record("demo"), "the built-in corpus"), (run_record(corpus="wmt14"), "'wmt14'")]:
+        for options in ({}, {"data_dir": tmp_path}, {"corpus_file": trained_on}):
+            with pytest.raises(ValueError) as refusal:
+                ReleaseData.for_run(run, **options)
+            assert f"the run trained on {kind}, and a release is scored on the test sets of its training data" in str(
+                refusal.value
+            )
+            assert "Score the run with `vanilla-transformer evaluate` instead." in str(refusal.value)
+
+
+def test_the_release_command_refuses_data_the_run_did_not_train_on(tsv_files, tmp_path, capsys):
+    trained_on, other = tsv_files
+    run_dir, data_dir = tmp_path / "run", tmp_path / "multi30k-files"
+    run_dir.mkdir()
+    data_dir.mkdir()
+    cases = [
+        (run_record("demo"), ["--data-dir", str(data_dir)], "the run trained on the built-in corpus"),
+        (run_record("multi30k"), ["--corpus-file", str(trained_on)], "the run trained on Multi30k"),
+        (run_record(corpus=str(trained_on), target_lang="zh"), ["--corpus-file", str(other)], "content differs"),
+        (run_record(corpus=str(trained_on), target_lang="zh"), ["--data-dir", str(data_dir)], "--data-dir"),
+        (run_record(corpus=str(trained_on), target_lang="zh"), ["--target-lang", "de"], "--target-lang de: the run"),
+    ]
+    for record, flags, expected in cases:
+        (run_dir / "preset.json").write_text(json.dumps(record, indent=2) + "\n")
+        before = {path: path.read_bytes() if path.is_file() else None for path in tmp_path.rglob("*")}
+        with pytest.raises(SystemExit) as exited:
+            main(["release", "--run-dir", str(run_dir), "--output-dir", str(tmp_path / "release"), *flags])
+        assert exited.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert error[-1].startswith("error: ") and expected in error[-1] and "Traceback" not in "".join(error)
+        assert {path: path.read_bytes() if path.is_file() else None for path in tmp_path.rglob("*")} == before
+
+
+def test_train_command_adds_the_runs_recorded_settings_as_flags_the_train_command_takes():
+    defaults = run_record("multi30k")
+    assert train_command(defaults, "out") == "vanilla-transformer train --preset multi30k --output-dir out"
+    record = run_record("multi30k", seed=3, precision="bf16", per_device_batch_size=16, max_grad_norm=1.0)
+    line = train_command(record, "out", "en", "zh")
+    assert line == (
+        "vanilla-transformer train --preset multi30k --seed 3 --bf16 --per-device-batch-size 16 --max-grad-norm 1.0 "
+        "--source-lang en --target-lang zh --output-dir out"
+    )
+    # the line is one the command takes, with the run's settings
+    args = build_parser().parse_args(shlex.split(line)[1:])
+    assert (args.seed, args.bf16, args.fp16, args.per_device_batch_size, args.max_grad_norm) == (
+        3,
+        True,
+        False,
+        16,
+        1.0,
+    )
+    assert (args.preset, args.source_lang, args.target_lang) == ("multi30k", "en", "zh")
+    assert " --fp16" in train_command(run_record("multi30k", precision="fp16"), "out")
+    assert RunSettings(seed=3, precision="bf16").flags() == " --seed 3 --bf16"
+
+
+def model_folder(folder: Path, tokenizer) -> Path:
+    """A saved tiny model with `tokenizer` beside it, its config.json recording no tokenizer fingerprint."""
+    tiny_model(vocab_size=len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert json.loads((folder / "config.json").read_text()).get("tokenizer_fingerprint") is None
+    return folder
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer():
+    """A tokenizer with other ids than `builtin_tokenizer`: trained on the same text with a smaller vocabulary."""
+    pairs = load_builtin("train")["translation"]
+    return train_joint_bpe([p["en"] for p in pairs] + [p["de"] for p in pairs], vocab_size=400)
+
+
+def test_record_tokenizer_fingerprint_adds_the_fingerprint_and_refuses_another_tokenizers(
+    tmp_path, builtin_tokenizer, other_tokenizer
+):
+    folder = model_folder(tmp_path / "model", builtin_tokenizer)
+    config = json.loads((folder / "config.json").read_text())
+    fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
+    assert fingerprint == tokenizer_fingerprint(builtin_tokenizer) != tokenizer_fingerprint(other_tokenizer)
+    assert record_tokenizer_fingerprint(folder) == fingerprint
+    assert json.loads((folder / "config.json").read_text()) == config | {"tokenizer_fingerprint": fingerprint}
+    written = (folder / "config.json").read_bytes()
+    assert record_tokenizer_fingerprint(folder) == fingerprint and (folder / "config.json").read_bytes() == written
+    # another run's tokenizer put beside the model: refused, the config kept
+    other_tokenizer.save_pretrained(folder)
+    with pytest.raises(ValueError) as refusal:
+        record_tokenizer_fingerprint(folder)
+    assert f"records another tokenizer than the one beside it (fingerprint {fingerprint[:12]}… vs " in str(
+        refusal.value
+    )
+    assert (folder / "config.json").read_bytes() == written
+
+
+def test_write_release_records_the_run_and_refuses_a_model_with_another_tokenizer(
+    tmp_path, builtin_tokenizer, other_tokenizer
+):
+    results = {"test2016": {"bleu": {"score": 1.0, "signature": "nrefs:1|sig"}, "chrf": {"score": 2.0}}}
+    training = json.loads((RELEASE / "results.json").read_text())["training"]
+    run = run_record("demo", seed=3, precision="bf16")
+    final = model_folder(tmp_path / "final", builtin_tokenizer)
+    release = write_release(final, tmp_path / "release", results, training, run)
+    config = json.loads((release / "config.json").read_text())
+    assert config["tokenizer_fingerprint"] == tokenizer_fingerprint(builtin_tokenizer)
+    assert json.loads((final / "config.json").read_text())["tokenizer_fingerprint"] is None  # the run's model kept
+    record = json.loads((release / "results.json").read_text())
+    assert record["run"] == run["run"]
+    assert record["reproduce"][0] == (
+        "vanilla-transformer train --preset demo --seed 3 --bf16 --output-dir outputs/release"
+    )
+    assert "--seed 3 --bf16" in (release / "README.md").read_text()
+    # a model whose config records another tokenizer than the one beside it is not released
+    config = json.loads((final / "config.json").read_text())
+    config["tokenizer_fingerprint"] = tokenizer_fingerprint(other_tokenizer)
+    (final / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="records another tokenizer than the one beside it"):
+        write_release(final, tmp_path / "refused", results, training, run)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["final", "release"]  # nothing staged is left
+
+
+def test_every_release_folder_records_its_own_tokenizers_fingerprint():
+    folders = sorted(path for path in (REPO / "model_cards").iterdir() if path.is_dir())
+    assert {RELEASE, RELEASE_EN_ZH} <= set(folders)
+    for folder in folders:
+        config = json.loads((folder / "config.json").read_text())
+        assert config.get("tokenizer_fingerprint") == tokenizer_fingerprint(load_tokenizer(folder)), folder.name

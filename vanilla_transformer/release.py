@@ -93,10 +93,15 @@ class ReleaseData:
                 )
         source_lang = source_lang or recorded.get("source_lang")
         target_lang = target_lang or recorded.get("target_lang")
-        # a TSV file, or a corpus that is gone with a file given for it (its digest, if recorded, decides below)
-        trained_on_file = Path(corpus).is_file() or bool(
-            corpus_file and corpus not in (BUILTIN, MULTI30K) and not Path(corpus).exists()
+        # a local corpus gone since the run: one whose digest it recorded (a `datasets` name has none), or in a record
+        # older than run settings, one a file is given for
+        gone = (
+            corpus not in (BUILTIN, MULTI30K)
+            and not Path(corpus).exists()
+            and (recorded.get("corpus_sha256") is not None or (not recorded and bool(corpus_file)))
         )
+        # a TSV file, or a gone corpus, scored on the file given for it (its digest, if recorded, decides below)
+        trained_on_file = Path(corpus).is_file() or (gone and bool(corpus_file or not data_dir))
         if corpus == BUILTIN or not (trained_on_file or corpus == MULTI30K or holds_multi30k(corpus)):
             kind = "the built-in corpus" if corpus == BUILTIN else f"{corpus!r}"
             raise ValueError(

@@ -1,4 +1,8 @@
+import hashlib
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -6,9 +10,12 @@ from datasets import Dataset
 
 from vanilla_transformer.data.corpora import (
     BUILTIN_SPLITS,
+    corpus_languages,
+    corpus_sha256,
     load_builtin,
     load_corpus,
     load_text_files,
+    local_corpus,
     read_lines,
     tokenize_pairs,
 )
@@ -114,3 +121,102 @@ def test_multi30k_by_name_reads_the_folder_multi30k_dir_finds(tmp_path, monkeypa
     write(tmp_path / "valid.de", "Ein Hund.\n")
     monkeypatch.setenv("VANILLA_TRANSFORMER_MULTI30K", str(tmp_path))
     assert load_corpus("multi30k", "valid")["translation"] == [{"en": "A dog.", "de": "Ein Hund."}]
+
+
+TSV_LINE = "Hi.\t嗨。\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)\n"
+
+
+def test_a_tsv_file_needs_its_languages_unless_its_name_gives_the_direction(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "cmn.txt", TSV_LINE)
+    for given in [(None, None), ("en", None), (None, "zh")]:
+        with pytest.raises(ValueError) as refusal:
+            corpus_languages("cmn.txt", *given)
+        message = str(refusal.value)
+        assert "\n" not in message and message.startswith("cmn.txt is a TSV file")
+        assert "give --source-lang and --target-lang" in message and "en-zh.tsv" in message
+    assert corpus_languages("cmn.txt", "en", "zh") == ("en", "zh")
+    assert corpus_languages(str(tmp_path / "cmn.txt"), "zh", "en") == ("zh", "en")  # what is given counts
+    # a file named for its direction: source, then target
+    for name, direction in [("x.en-zh.tsv", ("en", "zh")), ("en-zh.tsv", ("en", "zh")),
+                            ("tatoeba.zh-en.txt", ("zh", "en")), ("pairs_en-deu.tsv", ("en", "deu"))]:  # fmt: skip
+        write(tmp_path / name, TSV_LINE)
+        assert corpus_languages(name, None, None) == direction, name
+    # only the end of the name counts, and only .tsv or .txt
+    for name in ("en-zh.tsv.bak", "notes.en-zh.csv", "en-zh-pairs.tsv", "english-zh.tsv"):
+        write(tmp_path / name, TSV_LINE)
+        with pytest.raises(ValueError, match="give --source-lang and --target-lang"):
+            corpus_languages(name, None, None)
+    # every other corpus is en→de unless told: no file to name a direction
+    (tmp_path / "folder.en-zh.tsv").mkdir()
+    for corpus in ("builtin", "multi30k", "wmt14", "folder.en-zh.tsv", "missing.en-zh.tsv"):
+        assert corpus_languages(corpus, None, None) == ("en", "de"), corpus
+        assert corpus_languages(corpus, "de", None) == ("de", "de"), corpus
+        assert corpus_languages(corpus, None, "fr") == ("en", "fr"), corpus
+
+
+def test_a_corpus_digest_is_its_content_whatever_path_names_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    corpus = write(tmp_path / "data" / "cmn.txt", TSV_LINE)
+    expected = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    copy = shutil.copy(corpus, tmp_path / "copy.tsv")
+    (tmp_path / "link.tsv").symlink_to(corpus)
+    os.mkdir(tmp_path / "elsewhere")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    for name in (str(corpus), "../data/cmn.txt", "../data/../data/cmn.txt", "../link.tsv", str(copy)):
+        assert corpus_sha256(name) == expected, name
+    assert local_corpus("../data/cmn.txt") == local_corpus("../link.tsv") == corpus.resolve()
+    assert local_corpus(str(copy)) == Path(copy).resolve() and local_corpus("../data/cmn.txt").is_absolute()
+    # relative to this directory, the same name is another file, or none
+    write(tmp_path / "elsewhere" / "cmn.txt", TSV_LINE.replace("Hi.", "Hello."))
+    assert corpus_sha256("cmn.txt") not in (None, expected)
+    assert corpus_sha256("data/cmn.txt") is None and local_corpus("data/cmn.txt") is None
+    # corpora known by name have no local content
+    for name in ("builtin", "multi30k", "wmt14", "bentrevett/multi30k"):
+        assert corpus_sha256(name) is None and local_corpus(name) is None, name
+    # an edited file is other content
+    write(corpus, TSV_LINE.replace("Hi.", "Hey."))
+    assert corpus_sha256(str(corpus)) not in (None, expected)
+    assert corpus_sha256(str(copy)) == expected
+
+
+def test_a_folder_digest_covers_the_name_and_content_of_each_file(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write(folder / "train.en", "A dog.\n")
+    write(folder / "train.de", "Ein Hund.\n")
+    first = corpus_sha256(str(folder))
+    assert first is not None and first != corpus_sha256(str(folder / "train.en"))
+    shutil.copytree(folder, tmp_path / "moved")
+    assert corpus_sha256(str(tmp_path / "moved")) == first  # a moved copy is the same corpus
+    (folder / "tok").mkdir()  # sub-folders are not read
+    assert corpus_sha256(str(folder)) == first
+    write(folder / "valid.en", "A cat.\n")
+    assert corpus_sha256(str(folder)) != first
+    (folder / "valid.en").unlink()
+    (folder / "train.de").rename(folder / "train.fr")
+    assert corpus_sha256(str(folder)) not in (None, first)
+
+
+def test_pairs_that_are_mostly_control_characters_are_kept_counted_and_warned(builtin_tokenizer, caplog):
+    pairs = [
+        ("A dog runs.", "Ein Hund rennt."),
+        ("\x01\x02\x03\x04\x05\x06", "Ein Hund."),  # a binary file's bytes, read as text
+        ("A cat.", "\ue000\ue001\ue002 \U000e0001x"),  # private use and tag characters: a wrong decoding
+        ("A man\x0c with a\ttab.", "Ein Mann \x07 mit Tab."),  # a stray control character is text still
+    ]
+    dataset = Dataset.from_dict({"translation": [{"en": en, "de": de} for en, de in pairs]})
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.data.corpora"):
+        tokenized, report = tokenize_pairs(dataset, builtin_tokenizer, "en", "de", max_length=64)
+    assert report.kept == len(tokenized) == 4 and report.not_text == [1, 2]
+    assert "warning: 2 kept pairs are mostly control characters (rows [1, 2])" in str(report)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warnings == [
+        "2 of 4 kept pairs are mostly control characters (rows [1, 2]): is the corpus a text file in UTF-8?"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.data.corpora"):
+        _, report = tokenize_pairs(load_builtin("valid"), builtin_tokenizer, "en", "de", max_length=64)
+    assert report.kept == 300 and report.not_text == [] and "control" not in str(report)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]

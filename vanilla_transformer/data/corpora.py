@@ -187,19 +187,20 @@ def local_corpus(corpus: str) -> Path | None:
 
 
 def corpus_sha256(corpus: str) -> str | None:
-    """A SHA-256 of a local corpus's content: the file itself, or for a folder the name and content of each file
-    directly in it (`{split}.{lang}`); None for corpora known by name (`local_corpus`). Two names for the same data
-    (a relative and an absolute path, a moved copy) give the same digest; an edited file gives another."""
+    """A SHA-256 of a local corpus's content: of the file itself (what `sha256sum` prints, and a release's card
+    records for it), or for a folder of the name and content of each file directly in it (`{split}.{lang}`); None
+    for corpora known by name (`local_corpus`). Two names for the same data (a relative and an absolute path, a moved
+    copy) give the same digest; an edited file gives another."""
     path = local_corpus(corpus)
     if path is None:
         return None
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+    if path.is_file():
+        stat = path.stat()
+        return _file_sha256(path, stat.st_size, stat.st_mtime_ns)
     digest = hashlib.sha256()
-    for file in files:
+    for file in sorted(p for p in path.iterdir() if p.is_file()):
         stat = file.stat()
-        digest.update(
-            f"{file.name if path.is_dir() else ''}\0{_file_sha256(file, stat.st_size, stat.st_mtime_ns)}\0".encode()
-        )
+        digest.update(f"{file.name}\0{_file_sha256(file, stat.st_size, stat.st_mtime_ns)}\0".encode())
     return digest.hexdigest()
 
 
