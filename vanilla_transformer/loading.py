@@ -44,6 +44,9 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
+
+# the check the model itself runs on its weights after from_pretrained, so that a folder and a load agree
+from .modeling_vanilla_transformer import HUGE_WEIGHT, bad_values  # noqa: F401  (HUGE_WEIGHT: kept importable here)
 from .tokenization import load_tokenizer, tokenizer_fingerprint
 
 CHECKSUM_SUFFIX = ".sha256"
@@ -55,9 +58,6 @@ REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_voca
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
 # the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-# no training yields a weight this large: its square overflows float32, and it is what flipping the top exponent bit
-# makes of any float32 or bfloat16 weight above 2^-63 (a weight of exactly 0 becomes ±2, which no check can tell)
-HUGE_WEIGHT = 2.0**64
 # how many names an error lists before "and N more"
 LISTED = 5
 
@@ -339,24 +339,6 @@ def check_weights(folder: str | Path, config: dict | PreTrainedConfig) -> None:
             f"file (a flipped exponent bit); the model would translate to empty or garbage lines. Restore the folder "
             f"from a good copy, use an earlier checkpoint, or re-train."
         )
-
-
-def bad_values(tensor: torch.Tensor) -> str:
-    """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
-    if not tensor.is_floating_point() or tensor.numel() == 0:
-        return ""
-    try:
-        low, high = torch.aminmax(tensor)  # one pass; NaN propagates to both
-    except (RuntimeError, NotImplementedError):  # float8 and other types without the kernel
-        tensor = tensor.float()
-        low, high = torch.aminmax(tensor)
-    if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
-        return ""
-    nan = int(torch.isnan(tensor).sum())
-    inf = int(torch.isinf(tensor).sum())
-    huge = int((tensor.abs() >= HUGE_WEIGHT).sum()) - inf  # float16 cannot hold 2^64: only its Inf count here
-    parts = [f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf"), (huge, "of magnitude >= 2^64")) if count]
-    return f"{', '.join(parts)} of {tensor.numel()} values" if parts else ""
 
 
 def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
