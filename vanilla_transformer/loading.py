@@ -428,8 +428,10 @@ def load_model_and_tokenizer(
         check_tokenizer_files(path)
     try:
         tokenizer = load_tokenizer(name_or_path)
+        # the values are checked here, with this package's messages: by check_model_folder before the load for a
+        # folder, by check_loaded_weights after it for a Hub id; the model's own check would only repeat them
         model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(
-            text, use_safetensors=True, output_loading_info=True, dtype=dtype
+            text, use_safetensors=True, output_loading_info=True, dtype=dtype, refuse_impossible_weights=False
         )
     except OSError as error:
         if local:
@@ -518,7 +520,10 @@ def _check_weights(folder: Path) -> list[str]:
     except ModelFolderError as error:
         return [str(error)]
     try:
-        _, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)
+        # impossible values are the push's own problem to name (`_weights_problems`), once
+        _, info = AutoModelForSeq2SeqLM.from_pretrained(
+            folder, output_loading_info=True, refuse_impossible_weights=False
+        )
     except Exception as error:  # noqa: BLE001  (any failure to load is the problem to report)
         return [f"model.safetensors does not load with config.json: {type(error).__name__}: {error}"]
     problems = []
