@@ -545,13 +545,15 @@ def test_the_export_refuses_its_own_model_as_output_with_or_without_overwrite(
     assert tree_state(tmp_path) == before
 
 
-def test_the_pytorch_engine_names_a_ctranslate2_export_and_the_flag_to_use(model_folder, tmp_path):
+def test_the_pytorch_engine_names_a_ctranslate2_export_and_the_flag_to_use(model_folder, tmp_path, capsys):
     from vanilla_transformer.ctranslate2_engine import export_ctranslate2
 
     export_ctranslate2(model_folder, tmp_path / "export")
     (tmp_path / "input.en").write_text("A dog runs.\n")
-    done = run_script("translate", "--model", "export", "--input", "input.en", cwd=tmp_path)
-    assert_refused(done, "export is a CTranslate2 export", "--engine ctranslate2")
+    with pytest.raises(SystemExit) as exited:
+        main(["translate", "--model", str(tmp_path / "export"), "--input", str(tmp_path / "input.en")])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "export is a CTranslate2 export" in error and "--engine ctranslate2" in error
 
 
 KILLED_WRITER = """

@@ -73,6 +73,7 @@ def run_lock(state: PartialState, output_dir: Path) -> Iterator[None]:
     with ExitStack() as lock:
         refusal = None
         if state.is_main_process:
+            output_dir.mkdir(parents=True, exist_ok=True)
             try:
                 lock.enter_context(hold_lock(output_dir))
             except OutputError as error:
