@@ -554,6 +554,10 @@ def test_the_pytorch_engine_names_a_ctranslate2_export_and_the_flag_to_use(model
         main(["translate", "--model", str(tmp_path / "export"), "--input", str(tmp_path / "input.en")])
     error = capsys.readouterr().err
     assert exited.value.code == 2 and "export is a CTranslate2 export" in error and "--engine ctranslate2" in error
+    # the loader behind every command names it, not only translate's
+    with pytest.raises(SystemExit) as exited:
+        main(["plot-attention", "--model", str(tmp_path / "export"), "--sentence", "A dog.", "--output-dir", "figs"])
+    assert exited.value.code == 2 and "export is a CTranslate2 export" in capsys.readouterr().err
 
 
 KILLED_WRITER = """

@@ -31,7 +31,7 @@ from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .generation_vanilla_transformer import gnmt_length_penalty
-from .loading import ModelFolderError, load_model_and_tokenizer
+from .loading import EXPORT_INFO, ModelFolderError, load_model_and_tokenizer
 from .modeling_vanilla_transformer import sinusoidal_position_encoding
 from .outputs import check_not_an_input, check_output_folder, staged_folder
 
@@ -39,7 +39,6 @@ from .outputs import check_not_an_input, check_output_folder, staged_folder
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
 MIN_POSITIONS = 1024
 TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which a tokenizer loader would misread
-EXPORT_INFO = "export_info.json"
 INSTALL = 'pip install "ctranslate2>=4.5" (or, in a checkout, pip install ".[ctranslate2]")'
 
 

@@ -46,10 +46,12 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from .configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
 
 # the check the model itself runs on its weights after from_pretrained, so that a folder and a load agree
-from .modeling_vanilla_transformer import HUGE_WEIGHT, bad_values  # noqa: F401  (HUGE_WEIGHT: kept importable here)
+from .modeling_vanilla_transformer import bad_values
 from .tokenization import load_tokenizer, tokenizer_fingerprint
 
 CHECKSUM_SUFFIX = ".sha256"
+# what `export-ctranslate2` writes beside CTranslate2's own files (`ctranslate2_engine`): the mark of an export
+EXPORT_INFO = "export_info.json"
 # the fields that size the network: a config.json without one would silently get the paper's base-model default
 # (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
 REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
@@ -215,9 +217,15 @@ def weight_files(folder: str | Path) -> list[Path]:
 
 
 def check_model_folder(folder: str | Path) -> dict:
-    """Check a saved model folder before it is loaded (see the module docstring); returns its parsed config.json."""
+    """Check a saved model folder before it is loaded (see the module docstring); returns its parsed config.json.
+    A CTranslate2 export (`export-ctranslate2`'s folder, with its own config.json) is named as one."""
     folder = Path(folder)
     check_is_folder(folder)
+    if (folder / EXPORT_INFO).is_file():
+        raise ModelFolderError(
+            f"{folder} is a CTranslate2 export (it holds {EXPORT_INFO}), which only the ctranslate2 engine loads: "
+            f"pass --engine ctranslate2 to translate or evaluate, or give the model folder it was exported from."
+        )
     config = check_config_file(folder / "config.json")
     for path in weight_files(folder):
         check_safetensors_file(path)

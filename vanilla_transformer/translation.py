@@ -13,7 +13,6 @@ or garbage lines; `translate` notices the non-finite scores and raises instead o
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -207,14 +206,8 @@ def load_translator(
 
         return Translator(run_ctranslate2, tokenizer, info["decoding"]["length_penalty"], device)
 
-    from .ctranslate2_engine import EXPORT_INFO
-    from .loading import ModelFolderError, load_model_and_tokenizer
+    from .loading import load_model_and_tokenizer
 
-    if (Path(source).expanduser() / EXPORT_INFO).is_file():
-        raise ModelFolderError(
-            f"{source} is a CTranslate2 export (it holds {EXPORT_INFO}), which the pytorch engine cannot load: pass "
-            f"--engine ctranslate2, or give the model folder it was exported from."
-        )
     # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
     model, tokenizer = load_model_and_tokenizer(source, device, getattr(torch, dtype) if dtype else None)
 
