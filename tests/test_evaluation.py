@@ -13,7 +13,7 @@ import sacrebleu
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import EvalPrediction, PreTrainedTokenizerFast
 
-from vanilla_transformer.data.corpora import read_lines
+from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.evaluation import (
     compute_metrics_for_trainer,
     evaluate_model_on_split,

@@ -15,7 +15,8 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.cli import build_parser, main
-from vanilla_transformer.data.corpora import load_builtin, read_lines
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.evaluation import score_translations
 from vanilla_transformer.loading import CODE_FILES
 from vanilla_transformer.model_card import card_for_folder

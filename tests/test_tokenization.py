@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from vanilla_transformer.data.corpora import read_lines
+from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.tokenization import (
     LOAD_TIME_KEYS,
     load_tokenizer,

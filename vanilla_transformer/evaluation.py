@@ -21,8 +21,9 @@ import numpy as np
 import sacremoses
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
-from .data.corpora import load_corpus, read_lines, sides, write_lines
+from .data.corpora import load_corpus, sides
 from .data.multi30k import multi30k_dir
+from .data.text import read_lines, write_lines
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 LOCAL_METRICS = ("sacrebleu", "chrf")

@@ -13,8 +13,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from .checkpoints import checkpoint_step
 from .data.anki import ATTRIBUTION, SPLITS
-from .data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, load_corpus, read_lines, sides
+from .data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, load_corpus, sides
 from .data.multi30k import holds_multi30k, multi30k_dir
+from .data.text import read_lines
 from .evaluation import evaluate_model_on_split, score_translations
 from .model_card import card_from_release_record, training_hyperparameters
 from .outputs import check_not_an_input, check_output_folder, staged_file, staged_folder

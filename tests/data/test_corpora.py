@@ -16,9 +16,9 @@ from vanilla_transformer.data.corpora import (
     load_corpus,
     load_text_files,
     local_corpus,
-    read_lines,
     tokenize_pairs,
 )
+from vanilla_transformer.data.text import read_lines
 
 
 def write(path: Path, text: str | bytes) -> Path:

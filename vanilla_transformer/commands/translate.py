@@ -62,7 +62,7 @@ def _stdin_file() -> str | None:
 
 def run(args: argparse.Namespace) -> None:
     """Translate the lines and write them; timing and warnings go to stderr, so stdout holds translations only."""
-    from ..data.corpora import read_lines, read_stream_lines, write_lines
+    from ..data.text import read_lines, read_stream_lines, write_lines
     from ..outputs import check_output_file, staged_file
     from ..translation import load_translator
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from .corpora import read_lines
+from .text import read_lines
 
 # pairs in each held-out split (at least: a group is not cut); the rest is train
 SPLIT_PAIRS = {"test": 1000, "valid": 1000}

@@ -1,0 +1,54 @@
+"""Text files of one sentence per line, read and written so that line N of one file stays line N of another: the
+layout of parallel corpora (`{split}.{lang}`) and of `translate`'s input and output."""
+
+import sys
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file without their line ends; a byte that is not UTF-8 raises an error naming the
+    file and the line.
+
+    Lines end at `\n` only, with a `\r` before it removed (CRLF files read as LF files) and a UTF-8 byte-order mark
+    at the start of the file dropped: Unicode line separators, form feeds and other control characters stay inside
+    their line (Python's `str.splitlines` would split there and misalign a parallel corpus).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
+    with path.open("rb") as handle:
+        return read_stream_lines(handle, str(path))
+
+
+def read_stream_lines(handle: BinaryIO, name: str) -> list[str]:
+    """`read_lines` for an open binary stream (e.g. `sys.stdin.buffer`); `name` is what error messages call it."""
+    lines = []
+    for number, raw in enumerate(handle, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
+                f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        lines.append(line.removesuffix("\n").removesuffix("\r"))
+    return lines
+
+
+def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
+    """Write one line per item to `path` (UTF-8, `\n` line ends) or to `stream`, so that line N of the output
+    belongs to line N of the input. Line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise
+    split it into several lines; returns how many items had them."""
+    broken = sum(1 for line in lines if "\n" in line or "\r" in line)
+    text = "".join(line.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
+    if path is None:
+        (stream or sys.stdout).write(text)
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8", newline="\n")
+    return broken
