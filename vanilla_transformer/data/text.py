@@ -2,6 +2,7 @@
 layout of parallel corpora (`{split}.{lang}`) and of `translate`'s input and output."""
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -25,7 +26,12 @@ def read_lines(path: str | Path) -> list[str]:
 
 def read_stream_lines(handle: BinaryIO, name: str) -> list[str]:
     """`read_lines` for an open binary stream (e.g. `sys.stdin.buffer`); `name` is what error messages call it."""
-    lines = []
+    return list(iter_lines(handle, name))
+
+
+def iter_lines(handle: BinaryIO, name: str) -> Iterator[str]:
+    """The lines of an open binary stream one at a time, by `read_lines`'s rules: a file larger than memory is read in
+    constant memory."""
     for number, raw in enumerate(handle, start=1):
         try:
             line = raw.decode("utf-8")
@@ -36,8 +42,7 @@ def read_stream_lines(handle: BinaryIO, name: str) -> list[str]:
             ) from None
         if number == 1:
             line = line.removeprefix("\ufeff")
-        lines.append(line.removesuffix("\n").removesuffix("\r"))
-    return lines
+        yield line.removesuffix("\n").removesuffix("\r")
 
 
 def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
