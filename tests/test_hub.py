@@ -28,7 +28,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSe
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main as cli_main
-from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.evaluation import compute_metrics_for_trainer
 from vanilla_transformer.hub import FolderNotReadyError, HubPushError, plan_push, push_folder
 from vanilla_transformer.loading import CODE_FILES, validate_folder, write_checksums

@@ -746,7 +746,8 @@ def test_compiled_training_compiles_twice_for_every_batch_shape_token_batching_m
     from torch._dynamo.testing import CompileCounter
 
     from vanilla_transformer.data.batching import TokenBudgetBatchSampler
-    from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
+    from vanilla_transformer.data.corpora import load_builtin
+    from vanilla_transformer.data.tokenized import tokenize_pairs
 
     pairs, _ = tokenize_pairs(load_builtin("valid"), builtin_tokenizer, "en", "de", max_length=64)
     batches = list(TokenBudgetBatchSampler.for_dataset(pairs, max_tokens=400))

@@ -16,7 +16,8 @@ from conftest import EOS, PAD, VOCAB, random_batch, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vanilla_transformer.data.corpora import load_text_files, tokenize_pairs
+from vanilla_transformer.data.corpora import load_text_files
+from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
 from vanilla_transformer.loading import write_checksums

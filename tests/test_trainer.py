@@ -13,7 +13,8 @@ from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.checkpoints import list_checkpoints
-from vanilla_transformer.data.corpora import load_builtin, tokenize_pairs
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.optimization import (
     label_smoothed_loss,
     paper_learning_rate,

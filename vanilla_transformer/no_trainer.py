@@ -25,8 +25,11 @@ from transformers.dynamic_module_utils import custom_object_save
 
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
-from .data.corpora import corpus_languages, tokenize_pairs
+from .data.corpora import corpus_languages
+from .data.tokenized import model_columns
 from .evaluation import IGNORED_LABEL_ID, score_translations
+from .fsdp import shard_tied_embeddings
+from .modeling_vanilla_transformer import own_class
 from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
 from .outputs import (
     STAGED_SUFFIX,
@@ -38,7 +41,7 @@ from .outputs import (
 )
 from .presets import RunSettings, TrainingPreset, record_run_preset
 from .settings_check import check_settings, check_tokenized
-from .training import build_model, check_run_folder, load_corpora_and_tokenizer, run_lock
+from .training import TOKENIZER_SAMPLE_PAIRS, build_model, check_run_folder, prepare_run_data, run_lock
 
 LOG_FILE = "train_log.json"
 # the middle of the fixed hidden name the final model is written under (`save_final_model`)
@@ -99,7 +102,8 @@ def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     loads with `trust_remote_code=True` without this package), config, generation config, and the tokenizer."""
     if model._auto_class is not None:
         model.add_remote_auto_map()
-        custom_object_save(model, folder, config=model.config)
+        with own_class(model):  # not FSDP2's class of the same name, whose code is torch's
+            custom_object_save(model, folder, config=model.config)
     model.config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -143,7 +147,11 @@ def save_final_model(
         begin_staged_folder(folder, name=staging.name)
     accelerator.wait_for_everyone()
     try:
-        accelerator.save_model(model, str(staging), safe_serialization=True)
+        state_dict = accelerator.get_state_dict(model)  # every process: FSDP gathers the shards
+        # a tied matrix once, as save_pretrained writes it (FSDP gathers each of its names as a tensor of its own)
+        for alias in accelerator.unwrap_model(model).all_tied_weights_keys:
+            state_dict.pop(alias, None)
+        accelerator.save(state_dict, staging / "model.safetensors", safe_serialization=True)
         if accelerator.is_main_process:
             save_model_files(accelerator.unwrap_model(model), tokenizer, staging)
             # the run's own final/: replaced whatever it held
@@ -172,6 +180,8 @@ def train_no_trainer(
     log_steps: int = 50,
     threads: int | None = None,
     overwrite: bool = False,
+    tokenizer_path: str | Path | None = None,
+    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
 ) -> NoTrainerRun:
     """Train `preset` into `output_dir` with a hand-written `accelerate` loop; resume from the newest
     `checkpoint-N` there when `resume`. Launch it once per process (`accelerate launch`, `torchrun`).
@@ -243,21 +253,28 @@ def train_no_trainer(
             remove_stale_staging(output)  # checkpoints a killed run left half-written
         record_run_preset(output, preset, resume, write=accelerator.is_main_process, run=run)
 
-        train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
-            accelerator.state, preset, source_lang, target_lang, output
+        data = prepare_run_data(
+            accelerator.state,
+            preset,
+            source_lang,
+            target_lang,
+            output,
+            tokenizer_path,
+            tokenizer_sample_pairs,
+            train_samples=train_samples,
+            eval_samples=eval_samples,
         )
-        if train_samples:
-            train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
-        if eval_samples:
-            valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
-        train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-        valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-        accelerator.print(f"train: {train_report}\nvalid: {valid_report}")
-        check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
+        tokenizer = data.tokenizer
+        accelerator.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
+        check_tokenized(
+            preset, data.train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
+        )
+        # the loaders read the token ids alone; the sampler reads the length columns
+        train_set, valid_set = model_columns(data.train_set), model_columns(data.valid_set)
 
         model = build_model(preset, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
-        tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
+        tokens = data.train_tokens()
         if per_device_batch_size:
             # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
             sampler = None
@@ -266,7 +283,7 @@ def train_no_trainer(
         else:
             # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
             # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
-            sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
+            sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=seed)
             train_loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=collator)
             tokens_per_batch = sampler.tokens_per_batch()
         accumulation = gradient_accumulation_steps or accumulation_steps(
@@ -275,6 +292,7 @@ def train_no_trainer(
         accelerator.gradient_accumulation_steps = accumulation
         valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
 
+        shard_tied_embeddings(accelerator, model)  # FSDP2 only; before the optimizer takes the parameters
         learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
         optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
         scheduler = paper_schedule(optimizer, preset.warmup_steps)

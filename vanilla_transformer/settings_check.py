@@ -24,7 +24,8 @@ from pathlib import Path
 from datasets import Dataset
 
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
-from .data.corpora import FilterReport
+from .data.batching import dataset_lengths
+from .data.tokenized import FilterReport
 from .loading import CONFIG_ERRORS, config_error_message
 from .presets import RunSettings, TrainingPreset, record_run_preset
 from .tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
@@ -252,7 +253,8 @@ def check_tokenized(
         else:
             problems.append(f"--corpus {preset.corpus} has no {name} pair with text on both sides in split {split!r}.")
     if token_batches and train_report.kept:
-        longest = max(len(s) + len(t) for s, t in zip(train_set["input_ids"], train_set["labels"], strict=True))
+        source_lengths, target_lengths = dataset_lengths(train_set)
+        longest = int((source_lengths + target_lengths).max())
         if longest > preset.max_tokens:
             # pairs of at most max_tokens // 2 tokens a side fit a batch of one
             shorter = (

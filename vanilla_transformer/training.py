@@ -5,26 +5,34 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import PartialState
 from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint
-from .data.batching import TokenBudgetBatchSampler, accumulation_steps
-from .data.corpora import corpus_languages, load_corpus, sides, tokenize_pairs
+from .data.batching import TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
+from .data.corpora import corpus_languages, load_corpus
+from .data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
 from .evaluation import compute_metrics_for_trainer
+from .fsdp import check_trainer_fsdp, shard_tied_embeddings
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .outputs import OutputError, check_not_an_input, check_output_folder, corpus_location, hold_lock, staged_folder
 from .presets import RunSettings, TrainingPreset, record_run_preset
-from .settings_check import check_settings, check_tokenized
+from .settings_check import SettingsError, check_settings, check_tokenized
 from .tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
 from .trainer import VanillaTransformerTrainer
 
 logger = logging.getLogger(__name__)
+
+# corpora with more pairs than this learn their BPE from a seeded sample of this many (`tokenizer_sample`): WMT14
+# En-De's 4.5M pairs would hold ~9M sentences in the BPE trainer's word counts, for merges that a million pairs fix
+TOKENIZER_SAMPLE_PAIRS = 1_000_000
 
 
 @dataclass
@@ -37,17 +45,59 @@ class TrainingRun:
     train_seconds: float
 
 
-def build_tokenizer(preset: TrainingPreset, train_corpus, source_lang: str, target_lang: str, output_dir: Path):
-    """Reuse `output_dir/tokenizer` (so a resumed run keeps its vocabulary) or train the joint BPE on both sides."""
+def build_tokenizer(
+    preset: TrainingPreset,
+    train_corpus: Dataset,
+    source_lang: str,
+    target_lang: str,
+    output_dir: Path,
+    tokenizer_path: str | Path | None = None,
+    sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
+) -> PreTrainedTokenizerBase:
+    """The run's tokenizer, kept in `output_dir/tokenizer` so that a resumed run keeps its vocabulary: the one there,
+    else a copy of `tokenizer_path`, else the joint BPE learned from both sides of the training corpus, or of a
+    seeded sample of `sample_pairs` pairs when the corpus has more (`tokenizer_sample`). A `tokenizer_path` other than
+    the run's own tokenizer is refused."""
     folder = output_dir / "tokenizer"
     if (folder / "tokenizer.json").is_file():
-        return load_tokenizer(folder)
-    sources, targets = sides(train_corpus, source_lang, target_lang)
-    tokenizer = train_joint_bpe(sources + targets, vocab_size=preset.vocab_size, lowercase=preset.lowercase)
+        tokenizer = load_tokenizer(folder)
+        if tokenizer_path is not None:
+            given = load_tokenizer(tokenizer_path)
+            if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):
+                raise SettingsError(
+                    f"--tokenizer {tokenizer_path} is not the tokenizer the run in {output_dir} was started with "
+                    f"({folder}); drop --tokenizer to resume it, or start a new run in another --output-dir."
+                )
+        return tokenizer
+    if tokenizer_path is not None:
+        tokenizer = load_tokenizer(tokenizer_path)
+    else:
+        sample = tokenizer_sample(train_corpus, sample_pairs)
+        tokenizer = train_joint_bpe(
+            chain(side_texts(sample, source_lang), side_texts(sample, target_lang)),
+            vocab_size=preset.vocab_size,
+            lowercase=preset.lowercase,
+        )
     # a run killed while saving leaves no half-written tokenizer to reuse; the run's own folder: replaced freely
     with staged_folder(folder, "tokenizer", "train", overwrite=True) as staging:
         save_tokenizer(tokenizer, staging)
     return tokenizer
+
+
+def tokenizer_sample(corpus: Dataset, sample_pairs: int | None) -> Dataset:
+    """The pairs the BPE learns from: all of `corpus` up to `sample_pairs` pairs (None: no limit), else that many
+    drawn without replacement by a generator seeded with 0 and kept in corpus order, as sentencepiece's
+    `input_sentence_size` and fairseq's recipes do for WMT-sized corpora: the merges depend on the corpus alone."""
+    if not sample_pairs or len(corpus) <= sample_pairs:
+        return corpus
+    rows = np.sort(np.random.default_rng(0).choice(len(corpus), size=sample_pairs, replace=False))
+    return corpus.select(rows)
+
+
+def side_texts(corpus: Dataset, lang: str, batch_rows: int = 10_000) -> Iterator[str]:
+    """The `lang` side of a `translation` corpus, read a batch of rows at a time (never the whole side at once)."""
+    for batch in corpus.select_columns(["translation"]).iter(batch_size=batch_rows):
+        yield from (pair[lang] for pair in batch["translation"])
 
 
 def check_run_folder(preset: TrainingPreset, output_dir: str | Path, overwrite: bool = False) -> None:
@@ -87,11 +137,36 @@ def run_lock(state: PartialState, output_dir: Path) -> Iterator[None]:
         yield
 
 
-def load_corpora_and_tokenizer(
-    state: PartialState, preset: TrainingPreset, source_lang: str, target_lang: str, output_dir: Path
-) -> tuple[Dataset, Dataset, PreTrainedTokenizerBase]:
-    """The training and validation corpora and the tokenizer (`build_tokenizer`), the main process first: it fills
-    the `datasets` cache and trains and saves the tokenizer before the others read them.
+@dataclass
+class RunData:
+    """A run's tokenizer and its tokenized training and validation pairs (`data.tokenized`), with what was dropped."""
+
+    tokenizer: PreTrainedTokenizerBase
+    train_set: Dataset
+    valid_set: Dataset
+    train_report: FilterReport
+    valid_report: FilterReport
+
+    def train_tokens(self) -> int:
+        """Source and target tokens of all training pairs."""
+        return int(sum(lengths.sum() for lengths in dataset_lengths(self.train_set)))
+
+
+def prepare_run_data(
+    state: PartialState,
+    preset: TrainingPreset,
+    source_lang: str,
+    target_lang: str,
+    output_dir: Path,
+    tokenizer_path: str | Path | None = None,
+    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
+    train_samples: int | None = None,
+    eval_samples: int | None = None,
+) -> RunData:
+    """The tokenizer (`build_tokenizer`, from the whole training corpus) and the tokenized pairs (the first
+    `train_samples`/`eval_samples` if given), the main process first: it fills the `datasets` cache, saves the
+    tokenizer and writes the tokenized corpora into their cache (`tokenized_cache_root`) before the others open the
+    same files.
 
     Unlike `state.main_process_first()`, an error in the main process's turn (a split the corpus lacks, an unreadable
     file) still lets the others past the barrier, where they meet the same error themselves, instead of leaving them
@@ -101,11 +176,24 @@ def load_corpora_and_tokenizer(
     try:
         train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
         valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
-        tokenizer = build_tokenizer(preset, train_corpus, source_lang, target_lang, output_dir)
+        tokenizer = build_tokenizer(
+            preset, train_corpus, source_lang, target_lang, output_dir, tokenizer_path, tokenizer_sample_pairs
+        )
+        if train_samples:
+            train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
+        if eval_samples:
+            valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
+        cache = tokenized_cache_root()
+        train_set, train_report = tokenize_pairs(
+            train_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
+        )
+        valid_set, valid_report = tokenize_pairs(
+            valid_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
+        )
     finally:
         if state.is_main_process:
             state.wait_for_everyone()
-    return train_corpus, valid_corpus, tokenizer
+    return RunData(tokenizer, train_set, valid_set, train_report, valid_report)
 
 
 def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
@@ -142,6 +230,8 @@ def train(
     fp16: bool = False,
     overwrite: bool = False,
     command: str = "train",
+    tokenizer_path: str | Path | None = None,
+    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
 ) -> TrainingRun:
     """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
     its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
@@ -160,6 +250,10 @@ def train(
     `output_dir` must be new, empty, or a run of ours (`check_run_folder`; anything else only with `overwrite`);
     `final/` is written beside its place and replaces the old one whole, marked as written by `vanilla-transformer
     <command>`.
+
+    The corpus is tokenized once into the tokenized-corpus cache (`data.tokenized`) and memory-mapped: a resume, or
+    a new run with the same corpus and tokenizer, opens it instead. `tokenizer_path` (a folder or Hub id) is used
+    instead of learning a BPE; else the BPE learns from at most `tokenizer_sample_pairs` pairs (`tokenizer_sample`).
     """
     # before the process group exists: every process refuses the same settings, none waits for another
     source_lang, target_lang = corpus_languages(preset.corpus, source_lang, target_lang)
@@ -200,19 +294,25 @@ def train(
     with run_lock(state, output):  # one run at a time in a folder
         record_run_preset(output, preset, resume, write=is_main_process, run=run)
 
-        train_corpus, valid_corpus, tokenizer = load_corpora_and_tokenizer(
-            state, preset, source_lang, target_lang, output
+        data = prepare_run_data(
+            state,
+            preset,
+            source_lang,
+            target_lang,
+            output,
+            tokenizer_path,
+            tokenizer_sample_pairs,
+            eval_samples=eval_samples,
         )
-        if eval_samples:
-            valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
-        train_set, train_report = tokenize_pairs(train_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-        valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, source_lang, target_lang, preset.max_length)
-        print(f"train: {train_report}\nvalid: {valid_report}")
-        check_tokenized(preset, train_set, train_report, valid_report, token_batches=not per_device_batch_size)
+        train_set, valid_set, tokenizer = data.train_set, data.valid_set, data.tokenizer
+        print(f"train: {data.train_report}\nvalid: {data.valid_report}")
+        check_tokenized(
+            preset, train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
+        )
 
         model = build_model(preset, tokenizer)
         parameters = sum(p.numel() for p in model.parameters())
-        tokens = sum(len(x) for x in train_set["input_ids"]) + sum(len(x) for x in train_set["labels"])
+        tokens = data.train_tokens()
         # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
         if per_device_batch_size:  # the Trainer's batches of pairs: max_tokens plays no part
             tokens_per_batch = per_device_batch_size * tokens / len(train_set)
@@ -263,7 +363,7 @@ def train(
         trainer = VanillaTransformerTrainer(
             model=model,
             args=args,
-            train_dataset=train_set,
+            train_dataset=train_set,  # the length columns feed the sampler; the Trainer's loaders drop them
             eval_dataset=valid_set,
             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
             processing_class=tokenizer,
@@ -273,6 +373,8 @@ def train(
             warmup_steps=preset.warmup_steps,
             batching_seed=seed,
         )
+        check_trainer_fsdp(trainer.accelerator)  # before training: checkpoints that resume and average
+        shard_tied_embeddings(trainer.accelerator, model)  # FSDP2 only
         print(
             f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {batches}; {accumulation} "
             f"batch(es) per update; peak learning rate {args.learning_rate:.2e} at step {preset.warmup_steps}"

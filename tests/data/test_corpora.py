@@ -16,8 +16,8 @@ from vanilla_transformer.data.corpora import (
     load_corpus,
     load_text_files,
     local_corpus,
-    tokenize_pairs,
 )
+from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.data.text import read_lines
 
 

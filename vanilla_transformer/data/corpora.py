@@ -9,18 +9,18 @@ dataset by name or local folder, and the built-in English→German grammar corpu
 import hashlib
 import logging
 import re
-import unicodedata
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from datasets import Dataset, get_dataset_split_names, load_dataset
+from datasets import Dataset, Features, NamedSplit, Value, get_dataset_split_names, load_dataset
+from datasets.exceptions import DatasetGenerationError
 
 from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
 from .multi30k import multi30k_dir
-from .text import read_lines
+from .text import decode_line
 
 logger = logging.getLogger(__name__)
 
@@ -33,17 +33,58 @@ BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800
 
 
 def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_lang: str) -> Dataset:
-    """`{data_dir}/{split}.{source_lang}` and `{split}.{target_lang}`, line N of one translating line N of the other."""
-    source_path = Path(data_dir) / f"{split}.{source_lang}"
-    target_path = Path(data_dir) / f"{split}.{target_lang}"
-    sources, targets = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(targets):
+    """`{data_dir}/{split}.{source_lang}` and `{split}.{target_lang}`, line N of one translating line N of the other.
+
+    The pairs are written once into an Arrow file of the `datasets` cache, a batch at a time, and memory-mapped: a
+    file of millions of lines costs no more memory than a small one. The cache is keyed by the two files' content
+    (`corpus_sha256`), so an edited file is read again."""
+    paths = [Path(data_dir) / f"{split}.{lang}" for lang in (source_lang, target_lang)]
+    counts = [_count_lines(path) for path in paths]
+    if counts[0] != counts[1]:
         raise ValueError(
-            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}; the two sides of a "
-            f"parallel corpus must be line-aligned."
+            f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel corpus "
+            f"must be line-aligned."
         )
-    pairs = [{source_lang: s, target_lang: t} for s, t in zip(sources, targets, strict=True)]
-    return Dataset.from_dict({"translation": pairs})
+    features = Features({"translation": {source_lang: Value("string"), target_lang: Value("string")}})
+    files = {"source_path": str(paths[0]), "target_path": str(paths[1])}
+    digests = {"source_sha256": corpus_sha256(str(paths[0])), "target_sha256": corpus_sha256(str(paths[1]))}
+    try:
+        return Dataset.from_generator(
+            _line_pairs,
+            features=features,
+            # no list among them: `datasets` would take it for shards to split
+            gen_kwargs={**files, **digests, "source_lang": source_lang, "target_lang": target_lang},
+            split=NamedSplit(split),
+        )
+    except DatasetGenerationError as error:  # a line that is not UTF-8: our message, not the builder's
+        raise error.__cause__ or error from None
+
+
+def _count_lines(path: Path) -> int:
+    """The lines of a file as `read_lines` counts them (a last line without `\n` counts), read in blocks."""
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
+    count, last = 0, b"\n"
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def _line_pairs(
+    source_path: str, target_path: str, source_sha256: str, target_sha256: str, source_lang: str, target_lang: str
+) -> Iterator[dict]:
+    """The pairs of two line-aligned files (`Dataset.from_generator`'s generator; the digests only key its cache)."""
+    with open(source_path, "rb") as sources, open(target_path, "rb") as targets:
+        for number, (source, target) in enumerate(zip(sources, targets, strict=True), start=1):
+            pair = {
+                source_lang: decode_line(source, source_path, number),
+                target_lang: decode_line(target, target_path, number),
+            }
+            yield {"translation": pair}
 
 
 def load_builtin(split: str, seed: int = 0) -> Dataset:
@@ -178,69 +219,7 @@ def find_split(split: str, available: list[str], source: str) -> str:
     raise ValueError(f"{source} has no split {split!r}; its splits are {', '.join(available)}.")
 
 
-@dataclass
-class FilterReport:
-    """What `tokenize_pairs` dropped, so that no pair disappears silently."""
-
-    kept: int = 0
-    empty: list[int] = field(default_factory=list)
-    too_long: list[int] = field(default_factory=list)
-    # kept, but most of a side is control or unassigned characters: a binary or wrongly decoded file, not text
-    not_text: list[int] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        def first(rows: list[int]) -> str:
-            return f" (rows {rows[:5]}{'...' if len(rows) > 5 else ''})" if rows else ""
-
-        text = (
-            f"kept {self.kept} pairs; dropped {len(self.empty)} with an empty side{first(self.empty)} and "
-            f"{len(self.too_long)} over the length limit{first(self.too_long)}"
-        )
-        if self.not_text:
-            text += f"; warning: {len(self.not_text)} kept pairs are mostly control characters{first(self.not_text)}"
-        return text
-
-
-def mostly_control_characters(text: str) -> bool:
-    """Whether most of `text`'s non-space characters are control, format, private-use or unassigned ones (Unicode
-    categories C*): what a binary file, or one decoded with the wrong encoding, reads as."""
-    visible = [character for character in text if not character.isspace()]
-    control = sum(1 for character in visible if unicodedata.category(character).startswith("C"))
-    return control * 2 > len(visible)
-
-
 def sides(dataset: Dataset, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
     """The source and the target sentences of a `translation` dataset, in order."""
     pairs = dataset["translation"]
     return [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
-
-
-def tokenize_pairs(
-    dataset: Dataset, tokenizer, source_lang: str, target_lang: str, max_length: int
-) -> tuple[Dataset, FilterReport]:
-    """Tokenize both sides (`input_ids`, `attention_mask`, `labels`) and drop pairs with an empty side or with more
-    than `max_length` tokens on a side, counting each kind in the returned report."""
-    sources, targets = sides(dataset, source_lang, target_lang)
-    # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
-    encoded = tokenizer(sources, text_target=targets, split_special_tokens=True)
-    report = FilterReport()
-    keep = []
-    for row, (source, target) in enumerate(zip(sources, targets, strict=True)):
-        if not source.strip() or not target.strip():
-            report.empty.append(row)
-        elif len(encoded["input_ids"][row]) > max_length or len(encoded["labels"][row]) > max_length:
-            report.too_long.append(row)
-        else:
-            keep.append(row)
-            if mostly_control_characters(source) or mostly_control_characters(target):
-                report.not_text.append(row)
-    report.kept = len(keep)
-    if report.not_text:
-        logger.warning(
-            "%d of %d kept pairs are mostly control characters (rows %s): is the corpus a text file in UTF-8?",
-            len(report.not_text),
-            report.kept,
-            report.not_text[:5],
-        )
-    columns = {name: [encoded[name][row] for row in keep] for name in ("input_ids", "attention_mask", "labels")}
-    return Dataset.from_dict(columns), report

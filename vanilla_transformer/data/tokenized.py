@@ -1,0 +1,219 @@
+"""Tokenized corpora: token ids and lengths in memory-mapped Arrow tables, built once per corpus, tokenizer and length
+limit and reused by every later run, resume and process.
+
+At WMT14's size (4.5M pairs) a corpus tokenized into Python lists costs ~50 GB per process and minutes per start;
+here it is tokenized by `datasets.Dataset.map` (batched, in several processes) into a folder of the tokenized-corpus
+cache (`tokenized_cache_root`), opened with `load_from_disk`: each process maps the same files, and reads only the
+rows of its batches.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, Features, List, Value, load_from_disk
+
+from .batching import SOURCE_LENGTH, TARGET_LENGTH
+
+logger = logging.getLogger(__name__)
+
+# bumped whenever what a cache folder holds, or how it is built, changes: old folders are then built anew
+FORMAT_VERSION = 1
+# rows of one `map` call; corpora below `PARALLEL_ROWS` pairs are tokenized in this process (workers cost a second)
+MAP_BATCH_ROWS = 2000
+PARALLEL_ROWS = 200_000
+REPORT_FILE = "report.json"
+# the columns a model's batches are made of; the length columns feed the sampler
+MODEL_COLUMNS = ("input_ids", "labels")
+# what the map writes for each row: kept (0), an empty side (1), over the length limit (2)
+KEPT, EMPTY, TOO_LONG = 0, 1, 2
+
+
+@dataclass
+class FilterReport:
+    """What `tokenize_pairs` dropped, so that no pair disappears silently (rows: 0-based positions in the corpus)."""
+
+    kept: int = 0
+    empty: list[int] = field(default_factory=list)
+    too_long: list[int] = field(default_factory=list)
+    # kept, but most of a side is control or unassigned characters: a binary or wrongly decoded file, not text
+    not_text: list[int] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        def first(rows: list[int]) -> str:
+            return f" (rows {rows[:5]}{'...' if len(rows) > 5 else ''})" if rows else ""
+
+        text = (
+            f"kept {self.kept} pairs; dropped {len(self.empty)} with an empty side{first(self.empty)} and "
+            f"{len(self.too_long)} over the length limit{first(self.too_long)}"
+        )
+        if self.not_text:
+            text += f"; warning: {len(self.not_text)} kept pairs are mostly control characters{first(self.not_text)}"
+        return text
+
+
+def mostly_control_characters(text: str) -> bool:
+    """Whether most of `text`'s non-space characters are control, format, private-use or unassigned ones (Unicode
+    categories C*): what a binary file, or one decoded with the wrong encoding, reads as."""
+    if text.isprintable():  # no C* character at all (the common case, decided in C)
+        return False
+    visible = [character for character in text if not character.isspace()]
+    control = sum(1 for character in visible if unicodedata.category(character).startswith("C"))
+    return control * 2 > len(visible)
+
+
+def tokenized_cache_root() -> Path:
+    """Where tokenized corpora are kept: `$VANILLA_TRANSFORMER_TOKENIZED_CACHE`, else `tokenized/` in the `datasets`
+    cache (`$HF_DATASETS_CACHE`, under `$HF_HOME`)."""
+    import datasets
+
+    folder = os.environ.get("VANILLA_TRANSFORMER_TOKENIZED_CACHE")
+    return Path(folder) if folder else Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer" / "tokenized"
+
+
+def cache_key(corpus: Dataset, tokenizer_fingerprint: str, source_lang: str, target_lang: str, max_length: int) -> str:
+    """The name of a tokenized corpus's folder: a digest of the corpus's `datasets` fingerprint (its content, and
+    every `select` made of it), the tokenizer's fingerprint, the direction and the length limit."""
+    parts = [FORMAT_VERSION, corpus._fingerprint, tokenizer_fingerprint, source_lang, target_lang, max_length]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def _encoder(tokenizer, source_lang: str, target_lang: str, max_length: int, id_type: str):
+    """The batched `map` function: token ids, lengths and status of each pair; dropped pairs keep no ids."""
+
+    def encode(batch: dict) -> dict:
+        sources = [pair[source_lang] for pair in batch["translation"]]
+        targets = [pair[target_lang] for pair in batch["translation"]]
+        # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
+        encoded = tokenizer(sources, text_target=targets, split_special_tokens=True, return_attention_mask=False)
+        rows = {"input_ids": [], "labels": [], SOURCE_LENGTH: [], TARGET_LENGTH: [], "status": [], "not_text": []}
+        for source, target, source_ids, target_ids in zip(
+            sources, targets, encoded["input_ids"], encoded["labels"], strict=True
+        ):
+            if not source.strip() or not target.strip():
+                status = EMPTY
+            elif len(source_ids) > max_length or len(target_ids) > max_length:
+                status = TOO_LONG
+            else:
+                status = KEPT
+            kept = status == KEPT
+            rows["input_ids"].append(source_ids if kept else [])
+            rows["labels"].append(target_ids if kept else [])
+            rows[SOURCE_LENGTH].append(len(source_ids) if kept else 0)
+            rows[TARGET_LENGTH].append(len(target_ids) if kept else 0)
+            rows["status"].append(status)
+            rows["not_text"].append(kept and (mostly_control_characters(source) or mostly_control_characters(target)))
+        return rows
+
+    features = Features(
+        {
+            "input_ids": List(Value(id_type)),
+            "labels": List(Value(id_type)),
+            SOURCE_LENGTH: Value("int32"),
+            TARGET_LENGTH: Value("int32"),
+            "status": Value("uint8"),
+            "not_text": Value("bool"),
+        }
+    )
+    return encode, features
+
+
+def tokenize_pairs(
+    dataset: Dataset,
+    tokenizer,
+    source_lang: str,
+    target_lang: str,
+    max_length: int,
+    cache_root: str | Path | None = None,
+    num_proc: int | None = None,
+) -> tuple[Dataset, FilterReport]:
+    """Tokenize both sides of a `translation` dataset into `input_ids` and `labels` (with `source_length` and
+    `target_length` columns), dropping pairs with an empty side or more than `max_length` tokens on a side and
+    counting each kind in the returned report.
+
+    With `cache_root` the result is a folder there (`cache_key`), built once: later calls with the same corpus,
+    tokenizer and limit open it memory-mapped in a second. A folder is written under a hidden name and renamed when
+    complete, so a killed build is never reused. `num_proc` workers tokenize (default: up to 8 of this machine's
+    cores for corpora of `PARALLEL_ROWS` pairs or more)."""
+    from ..tokenization import tokenizer_fingerprint
+
+    folder = None
+    if cache_root is not None:
+        key = cache_key(dataset, tokenizer_fingerprint(tokenizer), source_lang, target_lang, max_length)
+        folder = Path(cache_root) / key
+        if (folder / REPORT_FILE).is_file():
+            report = FilterReport(**json.loads((folder / REPORT_FILE).read_text()))
+            _warn_not_text(report)
+            return load_from_disk(str(folder / "dataset")), report
+    if num_proc is None:
+        num_proc = min(os.cpu_count() or 1, 8) if len(dataset) >= PARALLEL_ROWS else None
+    id_type = "uint16" if len(tokenizer) <= 1 << 16 else "int32"
+    encode, features = _encoder(tokenizer, source_lang, target_lang, max_length, id_type)
+    staging = None
+    if folder is not None:
+        staging = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    try:
+        encoded = dataset.map(
+            encode,
+            batched=True,
+            batch_size=MAP_BATCH_ROWS,
+            remove_columns=dataset.column_names,
+            features=features,
+            num_proc=num_proc,
+            cache_file_name=str(staging / "encoded.arrow") if staging else None,
+            keep_in_memory=staging is None,
+            desc="tokenizing",
+        )
+        status = np.asarray(encoded.data.table.column("status").to_numpy())
+        not_text = np.asarray(encoded.data.table.column("not_text").to_numpy(zero_copy_only=False))
+        kept_rows = np.flatnonzero(status == KEPT)
+        report = FilterReport(
+            kept=len(kept_rows),
+            empty=np.flatnonzero(status == EMPTY).tolist(),
+            too_long=np.flatnonzero(status == TOO_LONG).tolist(),
+            not_text=np.flatnonzero(not_text).tolist(),
+        )
+        kept = encoded.select(kept_rows).remove_columns(["status", "not_text"])
+        if staging is None:
+            kept = kept.flatten_indices(keep_in_memory=True)
+        else:
+            # `datasets` saves an empty dataset as no shard at all, and cannot open that again: give it one
+            kept.save_to_disk(str(staging / "dataset"), num_shards=None if len(kept) else 1)
+            del encoded, kept
+            for file in staging.glob("encoded*.arrow"):
+                file.unlink()
+            (staging / REPORT_FILE).write_text(json.dumps(asdict(report)))
+            if folder.exists():  # another process finished the same folder first: its copy is as good
+                shutil.rmtree(staging)
+            else:
+                os.replace(staging, folder)
+            kept = load_from_disk(str(folder / "dataset"))
+    except BaseException:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _warn_not_text(report)
+    return kept, report
+
+
+def _warn_not_text(report: FilterReport) -> None:
+    if report.not_text:
+        logger.warning(
+            "%d of %d kept pairs are mostly control characters (rows %s): is the corpus a text file in UTF-8?",
+            len(report.not_text),
+            report.kept,
+            report.not_text[:5],
+        )
+
+
+def model_columns(dataset: Dataset) -> Dataset:
+    """The columns a model's batches are made of (`input_ids`, `labels`): what a data collator is given."""
+    return dataset.select_columns([name for name in MODEL_COLUMNS if name in dataset.column_names])
