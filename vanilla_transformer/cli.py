@@ -44,6 +44,7 @@ COMMANDS = (
     "push",
     "export-ctranslate2",
     "benchmark",
+    "benchmark-data",
 )
 
 

@@ -368,3 +368,16 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=optional_count, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--log-steps", type=positive_int, default=50)
+    tokenizer = parser.add_mutually_exclusive_group()
+    tokenizer.add_argument(
+        "--tokenizer",
+        type=model_source,
+        help="use this tokenizer (a folder with tokenizer.json, e.g. another run's tokenizer/, or a Hub id) instead "
+        "of learning a BPE from the corpus",
+    )
+    tokenizer.add_argument(
+        "--tokenizer-sample",
+        type=optional_count,
+        help="learn the BPE from a seeded sample of this many training pairs (default: all pairs up to 1,000,000, "
+        "a sample of 1,000,000 above)",
+    )

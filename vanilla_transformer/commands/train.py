@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run and print where its averaged final model is."""
     from ..presets import preset_from_arguments
-    from ..training import train
+    from ..training import TOKENIZER_SAMPLE_PAIRS, train
 
     result = train(
         preset_from_arguments(args),
@@ -56,5 +56,7 @@ def run(args: argparse.Namespace) -> None:
         bf16=args.bf16,
         fp16=args.fp16,
         overwrite=args.overwrite,
+        tokenizer_path=args.tokenizer,
+        tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
     )
     print(f"final model: {result.final_dir}")

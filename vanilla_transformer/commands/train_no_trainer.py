@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run in the loop."""
     from ..no_trainer import train_no_trainer
     from ..presets import preset_from_arguments
+    from ..training import TOKENIZER_SAMPLE_PAIRS
 
     train_no_trainer(
         preset_from_arguments(args),
@@ -57,4 +58,6 @@ def run(args: argparse.Namespace) -> None:
         log_steps=args.log_steps,
         threads=args.threads,
         overwrite=args.overwrite,
+        tokenizer_path=args.tokenizer,
+        tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
     )

@@ -1,0 +1,53 @@
+import pytest
+from datasets import Dataset
+
+from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.no_trainer import train_no_trainer
+from vanilla_transformer.presets import get_training_preset
+from vanilla_transformer.settings_check import SettingsError
+from vanilla_transformer.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.training import build_tokenizer, tokenizer_sample
+
+
+def test_the_bpe_sample_is_seeded_distinct_in_corpus_order_and_whole_when_small():
+    corpus = load_builtin("valid").map(lambda row, index: {"row": index}, with_indices=True)
+    first, second = tokenizer_sample(corpus, 40), tokenizer_sample(corpus, 40)
+    rows = first["row"]
+    assert rows == second["row"] and len(set(rows)) == 40 and rows == sorted(rows)
+    assert rows != list(range(40))  # drawn from the whole corpus, not its head
+    assert tokenizer_sample(corpus, 300) is corpus and tokenizer_sample(corpus, None) is corpus
+
+
+def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_path, builtin_tokenizer):
+    preset = get_training_preset("demo")
+    corpus = load_builtin("valid")
+    save_tokenizer(builtin_tokenizer, tmp_path / "given")
+    tokenizer = build_tokenizer(preset, corpus, "en", "de", tmp_path / "run", tmp_path / "given")
+    assert tokenizer_fingerprint(load_tokenizer(tmp_path / "run" / "tokenizer")) == tokenizer_fingerprint(tokenizer)
+    assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(builtin_tokenizer)
+    # the same tokenizer again is fine; the run's own is used without --tokenizer
+    build_tokenizer(preset, corpus, "en", "de", tmp_path / "run", tmp_path / "given")
+    build_tokenizer(preset, corpus, "en", "de", tmp_path / "run")
+    other = train_joint_bpe([pair["en"] for pair in corpus["translation"]], vocab_size=300)
+    save_tokenizer(other, tmp_path / "other")
+    with pytest.raises(SettingsError, match=r"--tokenizer .*other is not the tokenizer the run in .*run was started"):
+        build_tokenizer(preset, corpus, "en", "de", tmp_path / "run", tmp_path / "other")
+
+
+def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("VANILLA_TRANSFORMER_TOKENIZED_CACHE", str(cache))
+    options = {"train_samples": 300, "eval_samples": 4, "log_steps": 1, "threads": 1}
+    preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, max_tokens=1024)
+    train_no_trainer(preset, tmp_path / "run", **options)
+    folders = sorted(path.name for path in cache.iterdir())
+    assert len(folders) == 2  # train and valid
+
+    def fail(*args, **kwargs):
+        raise AssertionError("tokenized again instead of opening the cache")
+
+    monkeypatch.setattr(Dataset, "map", fail)
+    run = train_no_trainer(get_training_preset("demo", max_steps=2, save_steps=1, eval_steps=1000, max_tokens=1024),
+                           tmp_path / "run", **options)  # fmt: skip
+    assert len(run.losses) == 2
+    assert sorted(path.name for path in cache.iterdir()) == folders
