@@ -7,14 +7,16 @@ dataset by name or local folder, and the built-in English→German grammar corpu
 """
 
 import hashlib
+import json
 import logging
+import os
 import re
-from collections.abc import Iterator
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 
-from datasets import Dataset, Features, NamedSplit, Value, get_dataset_split_names, load_dataset
-from datasets.exceptions import DatasetGenerationError
+import pyarrow as pa
+from datasets import Dataset, NamedSplit, get_dataset_split_names, load_dataset
 
 from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
@@ -28,6 +30,8 @@ BUILTIN = "builtin"
 MULTI30K = "multi30k"
 # names that corpora give their validation split: the one a corpus has is used whichever of them is asked for
 VALIDATION_NAMES = ("valid", "validation", "val", "dev")
+# bumped whenever `load_text_files`'s Arrow files change; lines read and written at a time
+TEXT_FORMAT, TEXT_BATCH_LINES = 1, 100_000
 # The built-in corpus: one draw of distinct pairs, cut into fixed splits so that held-out pairs never occur in train.
 BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800)}
 
@@ -35,9 +39,10 @@ BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800
 def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_lang: str) -> Dataset:
     """`{data_dir}/{split}.{source_lang}` and `{split}.{target_lang}`, line N of one translating line N of the other.
 
-    The pairs are written once into an Arrow file of the `datasets` cache, a batch at a time, and memory-mapped: a
-    file of millions of lines costs no more memory than a small one. The cache is keyed by the two files' content
-    (`corpus_sha256`), so an edited file is read again."""
+    The pairs are written once into an Arrow file in the `datasets` cache (`vanilla_transformer/text/`), a batch of
+    `TEXT_BATCH_LINES` at a time, and memory-mapped: a file of millions of lines costs no more memory than a small
+    one. The file is named for the two files' content (`corpus_sha256`), so an edited file is read again, and written
+    under a hidden name first, so a killed read is never taken for a complete one."""
     paths = [Path(data_dir) / f"{split}.{lang}" for lang in (source_lang, target_lang)]
     counts = [_count_lines(path) for path in paths]
     if counts[0] != counts[1]:
@@ -45,19 +50,44 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
             f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel corpus "
             f"must be line-aligned."
         )
-    features = Features({"translation": {source_lang: Value("string"), target_lang: Value("string")}})
-    files = {"source_path": str(paths[0]), "target_path": str(paths[1])}
-    digests = {"source_sha256": corpus_sha256(str(paths[0])), "target_sha256": corpus_sha256(str(paths[1]))}
+    key = [TEXT_FORMAT, source_lang, target_lang, *(corpus_sha256(str(path)) for path in paths)]
+    arrow = text_cache_root() / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}.arrow"
+    if not arrow.is_file():
+        _write_pairs_arrow(paths, (source_lang, target_lang), arrow)
+    return Dataset.from_file(str(arrow), split=NamedSplit(split))
+
+
+def text_cache_root() -> Path:
+    """Where `load_text_files` keeps text files as Arrow: `vanilla_transformer/text/` in the `datasets` cache."""
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer" / "text"
+
+
+def _write_pairs_arrow(paths: list[Path], languages: tuple[str, str], arrow: Path) -> None:
+    """The pairs of two line-aligned files as one `translation` struct column in an Arrow stream file."""
+    schema = pa.schema([("translation", pa.struct([(lang, pa.string()) for lang in languages]))])
+    arrow.parent.mkdir(parents=True, exist_ok=True)
+    staging = arrow.with_name(f".{arrow.name}.{os.getpid()}.partial")
     try:
-        return Dataset.from_generator(
-            _line_pairs,
-            features=features,
-            # no list among them: `datasets` would take it for shards to split
-            gen_kwargs={**files, **digests, "source_lang": source_lang, "target_lang": target_lang},
-            split=NamedSplit(split),
-        )
-    except DatasetGenerationError as error:  # a line that is not UTF-8: our message, not the builder's
-        raise error.__cause__ or error from None
+        with paths[0].open("rb") as sources, paths[1].open("rb") as targets, pa.OSFile(str(staging), "wb") as sink:
+            with pa.ipc.new_stream(sink, schema) as writer:
+                number = 0
+                while True:
+                    batch = ([], [])
+                    for source, target in zip(islice(sources, TEXT_BATCH_LINES), targets, strict=False):
+                        number += 1
+                        batch[0].append(decode_line(source, str(paths[0]), number))
+                        batch[1].append(decode_line(target, str(paths[1]), number))
+                    if not batch[0]:
+                        break
+                    sides = [pa.array(lines, pa.string()) for lines in batch]
+                    writer.write_batch(
+                        pa.record_batch([pa.StructArray.from_arrays(sides, names=languages)], schema=schema)
+                    )
+        os.replace(staging, arrow)
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def _count_lines(path: Path) -> int:
@@ -72,19 +102,6 @@ def _count_lines(path: Path) -> int:
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")
-
-
-def _line_pairs(
-    source_path: str, target_path: str, source_sha256: str, target_sha256: str, source_lang: str, target_lang: str
-) -> Iterator[dict]:
-    """The pairs of two line-aligned files (`Dataset.from_generator`'s generator; the digests only key its cache)."""
-    with open(source_path, "rb") as sources, open(target_path, "rb") as targets:
-        for number, (source, target) in enumerate(zip(sources, targets, strict=True), start=1):
-            pair = {
-                source_lang: decode_line(source, source_path, number),
-                target_lang: decode_line(target, target_path, number),
-            }
-            yield {"translation": pair}
 
 
 def load_builtin(split: str, seed: int = 0) -> Dataset:
