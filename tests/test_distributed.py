@@ -33,9 +33,11 @@ def launch_environment() -> dict[str, str]:
     return env
 
 
-def run_launched(script: str | Path | tuple[str, ...], processes: int, *args: str) -> subprocess.CompletedProcess:
+def run_launched(
+    script: str | Path | tuple[str, ...], processes: int, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run `scripts/<script>` (or a path, or a module and its arguments: `("-m", "vanilla_transformer", "train")`) in
-    `processes` processes (torchrun, gloo, one thread each)."""
+    `processes` processes (torchrun, gloo, one thread each), with `env` added to the environment."""
     launcher = [sys.executable]
     if processes > 1:
         # --standalone: a rendezvous on a free port, so that parallel test workers do not collide
@@ -44,18 +46,21 @@ def run_launched(script: str | Path | tuple[str, ...], processes: int, *args: st
     return subprocess.run(
         [*launcher, *target, *args],
         cwd=ROOT,
-        env=launch_environment(),
+        env={**launch_environment(), **(env or {})},
         capture_output=True,
         text=True,
     )
 
 
-def launch(script: str | Path | tuple[str, ...], processes: int, *args: str) -> None:
+def launch(
+    script: str | Path | tuple[str, ...], processes: int, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`run_launched`, which must succeed."""
-    result = run_launched(script, processes, *args)
+    result = run_launched(script, processes, *args, env=env)
     assert result.returncode == 0, (
         f"{script} on {processes} process(es) failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     )
+    return result
 
 
 def assert_same_weights(a: Path, b: Path) -> None:
@@ -166,13 +171,18 @@ def test_no_trainer_resume_with_load_state_reproduces_the_uninterrupted_run(tmp_
     args = [*COMMON, "--max-steps", "7", "--max-tokens", "140", "--gradient-accumulation-steps", "2",
             "--train-samples", "40", "--save-steps", "5", "--eval-steps", "100", "--eval-samples", "2"]  # fmt: skip
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    launch("train_no_trainer.py", 2, *args, "--output-dir", str(straight))
+    # the main process tokenizes the corpus into the cache; the other opens the same files
+    cache = {"VANILLA_TRANSFORMER_TOKENIZED_CACHE": str(tmp_path / "cache")}
+    first_run = launch("train_no_trainer.py", 2, *args, "--output-dir", str(straight), env=cache)
+    assert len(list((tmp_path / "cache").iterdir())) == 2  # train and valid, no staging left
+    assert first_run.stderr.count("tokenizing:   0%") == 2, first_run.stderr[-3000:]  # one map each, by one process
     # an interrupted run: what the first one had written when it saved its checkpoint
     resumed.mkdir()
     for name in ("checkpoint-5", "tokenizer", "train_log.json"):
         source = straight / name
         shutil.copytree(source, resumed / name) if source.is_dir() else shutil.copy(source, resumed / name)
-    launch("train_no_trainer.py", 2, *args, "--output-dir", str(resumed))
+    resumed_run = launch("train_no_trainer.py", 2, *args, "--output-dir", str(resumed), env=cache)
+    assert "tokenizing" not in resumed_run.stderr and len(list((tmp_path / "cache").iterdir())) == 2
     assert_same_weights(straight / "final", resumed / "final")
     # Adam ran as torch's fused kernel, as in the Trainer
     state = torch.load(straight / "checkpoint-5" / "optimizer.bin", weights_only=True)
