@@ -10,7 +10,8 @@ transformers and those two.
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -496,6 +497,19 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         return hidden_states
 
 
+@contextmanager
+def own_class(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, `model` is of its own class again where FSDP2's `fully_shard` gave it one of torch's making
+    (`FSDP<Name>`, defined in a torch module), which transformers would otherwise save as the model's: config.json's
+    `architectures` and `auto_map` would name it, and torch's files would be copied as the model's remote code."""
+    fsdp_class = type(model)
+    model.__class__ = next(c for c in fsdp_class.__mro__ if not c.__module__.startswith("torch.distributed."))
+    try:
+        yield model
+    finally:
+        model.__class__ = fsdp_class
+
+
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
@@ -529,7 +543,8 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with `auto_map` entries for every Auto class (`add_remote_auto_map`)."""
         self.add_remote_auto_map()
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        with own_class(self):
+            return super().save_pretrained(save_directory, *args, **kwargs)
 
     def add_remote_auto_map(self) -> None:
         """A model marked for remote code gets an `auto_map` entry for every Auto class, not only for the class that
