@@ -26,6 +26,7 @@ from transformers.dynamic_module_utils import custom_object_save
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .data.batching import TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import corpus_languages
+from .data.streaming import DEFAULT_BUFFER_PAIRS, StreamingTokenBatches
 from .data.tokenized import model_columns
 from .evaluation import IGNORED_LABEL_ID, score_translations
 from .fsdp import shard_tied_embeddings
@@ -40,7 +41,7 @@ from .outputs import (
     write_text_atomic,
 )
 from .presets import RunSettings, TrainingPreset, record_run_preset
-from .settings_check import check_settings, check_tokenized
+from .settings_check import SettingsError, check_settings, check_tokenized
 from .training import TOKENIZER_SAMPLE_PAIRS, build_model, check_run_folder, prepare_run_data, run_lock
 
 LOG_FILE = "train_log.json"
@@ -109,18 +110,28 @@ def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     tokenizer.save_pretrained(folder)
 
 
-def save_checkpoint(accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, keep: int) -> None:
+def save_checkpoint(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    tokenizer,
+    folder: Path,
+    keep: int,
+    stream: StreamingTokenBatches | None = None,
+) -> None:
     """`accelerator.save_state` (weights as `model.safetensors`, optimizer, schedule, random states) plus config,
     generation config and tokenizer, so that a checkpoint also loads with `from_pretrained` and averages with
     `checkpoints.average_checkpoints` (§6.1) like the Trainer's. Only the newest `keep` checkpoints are kept.
 
     Every process writes into `tmp-checkpoint-N` (`checkpoints.STAGING_PREFIX`), which becomes `checkpoint-N` only
-    when complete, so a run killed while saving leaves no half-written checkpoint to resume from."""
+    when complete, so a run killed while saving leaves no half-written checkpoint to resume from. A streamed run's
+    processes each add their position in the stream (`stream_state_name`), where a resume continues exactly."""
     staging = folder.with_name(STAGING_PREFIX + folder.name)
     if accelerator.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)  # a leftover of a run killed while saving this step
     accelerator.wait_for_everyone()
     accelerator.save_state(str(staging), safe_serialization=True)
+    if stream is not None:
+        (staging / stream_state_name(accelerator)).write_text(json.dumps(stream.state_dict()) + "\n")
     if accelerator.is_main_process:
         save_model_files(accelerator.unwrap_model(model), tokenizer, staging)
     accelerator.wait_for_everyone()  # every process's random states are in
@@ -133,6 +144,33 @@ def save_checkpoint(accelerator: Accelerator, model: torch.nn.Module, tokenizer,
         for old in list_checkpoints(folder.parent)[:-keep]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
+
+
+def stream_state_name(accelerator: Accelerator) -> str:
+    """The file of a checkpoint that holds this process's position in the training stream."""
+    return f"stream_state_{accelerator.process_index}.json"
+
+
+def check_streaming(
+    output_dir: str | Path,
+    tokenizer_path: str | Path | None,
+    per_device_batch_size: int | None,
+    train_samples: int | None,
+) -> None:
+    """Refuse, before anything is read, what `--streaming` cannot do: learn a BPE (it never holds the corpus),
+    batches of pairs, or a first-N selection (it reads the corpus as it trains, in token-budget batches)."""
+    problems = []
+    if tokenizer_path is None and not (Path(output_dir) / "tokenizer" / "tokenizer.json").is_file():
+        problems.append(
+            "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
+            "--tokenizer (`vanilla-transformer train-tokenizer`'s output, or another run's tokenizer/ folder)."
+        )
+    if per_device_batch_size:
+        problems.append("--streaming cuts token-budget batches (--max-tokens); leave out --per-device-batch-size.")
+    if train_samples:
+        problems.append("--streaming reads the whole stream; leave out --train-samples.")
+    if problems:
+        raise SettingsError(problems[0] if len(problems) == 1 else "\n".join(f"- {p}" for p in problems))
 
 
 def save_final_model(
@@ -182,6 +220,8 @@ def train_no_trainer(
     overwrite: bool = False,
     tokenizer_path: str | Path | None = None,
     tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
+    streaming: bool = False,
+    stream_buffer_pairs: int = DEFAULT_BUFFER_PAIRS,
 ) -> NoTrainerRun:
     """Train `preset` into `output_dir` with a hand-written `accelerate` loop; resume from the newest
     `checkpoint-N` there when `resume`. Launch it once per process (`accelerate launch`, `torchrun`).
@@ -214,6 +254,7 @@ def train_no_trainer(
         max_grad_norm=max_grad_norm,
         gradient_accumulation_steps=gradient_accumulation_steps,
         train_samples=train_samples,
+        stream_buffer_pairs=stream_buffer_pairs if streaming else None,
     )
     check_settings(
         preset,
@@ -232,6 +273,8 @@ def train_no_trainer(
         mixed_precision=precision,
         run=run,
     )
+    if streaming:
+        check_streaming(output_dir, tokenizer_path, per_device_batch_size, train_samples)
     # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
     check_run_folder(preset, output_dir, overwrite)
     output = Path(output_dir)
@@ -263,29 +306,52 @@ def train_no_trainer(
             tokenizer_sample_pairs,
             train_samples=train_samples,
             eval_samples=eval_samples,
+            streaming=streaming,
         )
         tokenizer = data.tokenizer
-        accelerator.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
-        check_tokenized(
-            preset, data.train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
-        )
-        # the loaders read the token ids alone; the sampler reads the length columns
-        train_set, valid_set = model_columns(data.train_set), model_columns(data.valid_set)
+        accelerator.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
+        if not streaming:  # a stream's pairs are checked as they are read
+            check_tokenized(
+                preset, data.train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
+            )
+        valid_set = model_columns(data.valid_set)  # the loaders read the token ids alone; the sampler the lengths
 
         model = build_model(preset, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
-        tokens = data.train_tokens()
-        if per_device_batch_size:
+        sampler = stream = None
+        if streaming:
+            # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)
+            stream = StreamingTokenBatches(
+                preset.corpus,
+                tokenizer,
+                "train",
+                source_lang,
+                target_lang,
+                max_tokens=preset.max_tokens,
+                max_length=preset.max_length,
+                buffer_pairs=stream_buffer_pairs,
+                seed=seed,
+                rank=accelerator.process_index,
+                world_size=accelerator.num_processes,
+                dataset_config=preset.dataset_config,
+            )
+            train_loader = DataLoader(stream, batch_size=None, collate_fn=collator)
+            # the real tokens of a batch are known only as the stream is read: sized by its budget
+            tokens_per_batch = preset.max_tokens
+            pairs = "a stream of pairs"
+        elif per_device_batch_size:
+            train_set = model_columns(data.train_set)
             # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
-            sampler = None
             train_loader = DataLoader(train_set, batch_size=per_device_batch_size, shuffle=True, collate_fn=collator)
-            tokens_per_batch = per_device_batch_size * tokens / len(train_set)
+            tokens_per_batch = per_device_batch_size * data.train_tokens() / len(train_set)
         else:
             # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
             # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
             sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=seed)
-            train_loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=collator)
+            train_loader = DataLoader(model_columns(data.train_set), batch_sampler=sampler, collate_fn=collator)
             tokens_per_batch = sampler.tokens_per_batch()
+        if not streaming:
+            pairs = f"{len(data.train_set)} pairs, {data.train_tokens():,} tokens"
         accumulation = gradient_accumulation_steps or accumulation_steps(
             preset.tokens_per_update, tokens_per_batch * accelerator.num_processes
         )
@@ -296,12 +362,13 @@ def train_no_trainer(
         learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
         optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
         scheduler = paper_schedule(optimizer, preset.warmup_steps)
-        model, optimizer, train_loader, valid_loader, scheduler = accelerator.prepare(
-            model, optimizer, train_loader, valid_loader, scheduler
-        )
+        model, optimizer, valid_loader, scheduler = accelerator.prepare(model, optimizer, valid_loader, scheduler)
+        if not streaming:
+            train_loader = accelerator.prepare(train_loader)
+        batches = "an endless stream of" if streaming else len(train_loader)
         accelerator.print(
-            f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(train_set)} pairs, {tokens:,} tokens; "
-            f"{len(train_loader)} batches per process and epoch on {accelerator.num_processes} process(es); "
+            f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}; "
+            f"{batches} batches per process and epoch on {accelerator.num_processes} process(es); "
             f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
             f"{preset.warmup_steps}"
         )
@@ -312,14 +379,17 @@ def train_no_trainer(
         if checkpoint is not None:
             accelerator.load_state(str(checkpoint))
             updates = checkpoint_step(checkpoint)
+            if stream is not None:
+                stream.load_state_dict(json.loads((checkpoint / stream_state_name(accelerator)).read_text()))
             if (output / LOG_FILE).is_file():
                 log = json.loads((output / LOG_FILE).read_text())
                 run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
                 run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
             accelerator.print(f"resuming from {checkpoint}")
         # the last update of an epoch takes the batches left over, however few
-        updates_per_epoch = math.ceil(len(train_loader) / accumulation)
-        epoch, updates_in_epoch = divmod(updates, updates_per_epoch)
+        # (a stream knows its own position, and its epochs have no length known in advance)
+        updates_per_epoch = math.inf if streaming else math.ceil(len(train_loader) / accumulation)
+        epoch, updates_in_epoch = (0, 0) if streaming else divmod(updates, updates_per_epoch)
         smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
 
         def write_log() -> None:
@@ -347,7 +417,8 @@ def train_no_trainer(
         summed = torch.zeros(2, device=accelerator.device)
         while updates < preset.max_steps:
             # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
-            train_loader.set_epoch(epoch)
+            if not streaming:
+                train_loader.set_epoch(epoch)
             if sampler is not None:
                 sampler.set_epoch(epoch)
             loader = train_loader
@@ -355,9 +426,13 @@ def train_no_trainer(
                 loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)
                 updates_in_epoch = 0
             for batch in loader:
+                if streaming:  # a loader accelerate did not prepare: its batches are on the CPU
+                    batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
                 with accelerator.accumulate(model):
                     labels = batch.pop("labels")
-                    outputs = model(**batch)
+                    # no key/value cache, which the model fills without labels: a recomputed layer (FSDP's
+                    # activation checkpointing) would find it full and save other tensors than the first time
+                    outputs = model(**batch, use_cache=False)
                     # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
                     loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
                     accelerator.backward(loss)
@@ -391,7 +466,7 @@ def train_no_trainer(
                     validate()
                 if updates % preset.save_steps == 0:
                     folder = output / f"checkpoint-{updates}"
-                    save_checkpoint(accelerator, model, tokenizer, folder, preset.average_last)
+                    save_checkpoint(accelerator, model, tokenizer, folder, preset.average_last, stream)
                 if updates >= preset.max_steps:
                     break
             epoch += 1

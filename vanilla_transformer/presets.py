@@ -67,6 +67,7 @@ class RunSettings:
     max_grad_norm: float = 0.0
     gradient_accumulation_steps: int | None = None  # train-no-trainer's
     train_samples: int | None = None  # train-no-trainer's
+    stream_buffer_pairs: int | None = None  # train-no-trainer --streaming's buffer (None: not streamed)
     corpus_sha256: str | None = None
 
     @classmethod
@@ -81,6 +82,8 @@ class RunSettings:
         for field in ("per_device_batch_size", "max_grad_norm", "gradient_accumulation_steps", "train_samples"):
             value = getattr(self, field)
             text += f" --{field.replace('_', '-')} {value}" if value else ""
+        if self.stream_buffer_pairs:
+            text += f" --streaming --stream-buffer-pairs {self.stream_buffer_pairs}"
         return text
 
 

@@ -47,7 +47,7 @@ class TrainingRun:
 
 def build_tokenizer(
     preset: TrainingPreset,
-    train_corpus: Dataset,
+    train_corpus: Dataset | None,
     source_lang: str,
     target_lang: str,
     output_dir: Path,
@@ -71,6 +71,11 @@ def build_tokenizer(
         return tokenizer
     if tokenizer_path is not None:
         tokenizer = load_tokenizer(tokenizer_path)
+    elif train_corpus is None:
+        raise SettingsError(
+            "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
+            "--tokenizer (e.g. `vanilla-transformer train-tokenizer`'s output, or a run's tokenizer/ folder)."
+        )
     else:
         sample = tokenizer_sample(train_corpus, sample_pairs)
         tokenizer = train_joint_bpe(
@@ -142,9 +147,9 @@ class RunData:
     """A run's tokenizer and its tokenized training and validation pairs (`data.tokenized`), with what was dropped."""
 
     tokenizer: PreTrainedTokenizerBase
-    train_set: Dataset
+    train_set: Dataset | None  # None for a streamed run
     valid_set: Dataset
-    train_report: FilterReport
+    train_report: FilterReport | None
     valid_report: FilterReport
 
     def train_tokens(self) -> int:
@@ -162,11 +167,12 @@ def prepare_run_data(
     tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
     train_samples: int | None = None,
     eval_samples: int | None = None,
+    streaming: bool = False,
 ) -> RunData:
     """The tokenizer (`build_tokenizer`, from the whole training corpus) and the tokenized pairs (the first
     `train_samples`/`eval_samples` if given), the main process first: it fills the `datasets` cache, saves the
     tokenizer and writes the tokenized corpora into their cache (`tokenized_cache_root`) before the others open the
-    same files.
+    same files. With `streaming` the training pairs are left to the loop (`train_set` and `train_report` are None).
 
     Unlike `state.main_process_first()`, an error in the main process's turn (a split the corpus lacks, an unreadable
     file) still lets the others past the barrier, where they meet the same error themselves, instead of leaving them
@@ -174,19 +180,24 @@ def prepare_run_data(
     if not state.is_main_process:
         state.wait_for_everyone()
     try:
-        train_corpus = load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+        # a streamed run reads its training pairs as it trains (`data.streaming`), with a tokenizer it was given
+        train_corpus = (
+            None if streaming else load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+        )
         valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
         tokenizer = build_tokenizer(
             preset, train_corpus, source_lang, target_lang, output_dir, tokenizer_path, tokenizer_sample_pairs
         )
-        if train_samples:
+        if train_samples and train_corpus is not None:
             train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
         if eval_samples:
             valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
         cache = tokenized_cache_root()
-        train_set, train_report = tokenize_pairs(
-            train_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
-        )
+        train_set, train_report = None, None
+        if train_corpus is not None:
+            train_set, train_report = tokenize_pairs(
+                train_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
+            )
         valid_set, valid_report = tokenize_pairs(
             valid_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
         )

@@ -13,7 +13,7 @@ Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state
 
 import argparse
 
-from . import add_training_arguments, optional_count, positive_int
+from . import UsageError, add_training_arguments, optional_count, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--train-samples", type=optional_count, help="train on the first N pairs only")
     parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="read the training pairs as a stream (line-aligned files or a datasets name), never whole: batches "
+        "from a seeded, length-sorted buffer of --stream-buffer-pairs pairs; needs --tokenizer",
+    )
+    parser.add_argument(
+        "--stream-buffer-pairs",
+        type=positive_int,
+        default=None,
+        help="pairs per shuffle buffer with --streaming (default 1,000,000: ~100 MB of ids per process)",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
@@ -36,10 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run in the loop."""
+    from ..data.streaming import DEFAULT_BUFFER_PAIRS
     from ..no_trainer import train_no_trainer
     from ..presets import preset_from_arguments
     from ..training import TOKENIZER_SAMPLE_PAIRS
 
+    if args.stream_buffer_pairs and not args.streaming:
+        raise UsageError("--stream-buffer-pairs sizes the buffer of --streaming: add --streaming, or leave it out")
     train_no_trainer(
         preset_from_arguments(args),
         args.output_dir,
@@ -60,4 +75,6 @@ def run(args: argparse.Namespace) -> None:
         overwrite=args.overwrite,
         tokenizer_path=args.tokenizer,
         tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
+        streaming=args.streaming,
+        stream_buffer_pairs=args.stream_buffer_pairs or DEFAULT_BUFFER_PAIRS,
     )
