@@ -33,16 +33,26 @@ def iter_lines(handle: BinaryIO, name: str) -> Iterator[str]:
     """The lines of an open binary stream one at a time, by `read_lines`'s rules: a file larger than memory is read in
     constant memory."""
     for number, raw in enumerate(handle, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(
-                f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
-                f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
-            ) from None
-        if number == 1:
-            line = line.removeprefix("\ufeff")
-        yield line.removesuffix("\n").removesuffix("\r")
+        yield decode_line(raw, name, number)
+
+
+def decode_line(raw: bytes, name: str, number: int) -> str:
+    """Line `number` (1-based) of the file `name` by `read_lines`'s rules: `raw` is its bytes up to and including the
+    `\n` (what a binary file's `readline` returns); the `\n` and a `\r` before it are removed, and a byte-order mark
+    is dropped from line 1 only. A byte that is not UTF-8 raises an error naming the file and the line.
+
+    The one decoder of every reader here, and of `streaming.py`, which reads two files side by side from byte offsets
+    and so cannot use `iter_lines`."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
+            f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
+        ) from None
+    if number == 1:
+        line = line.removeprefix("\ufeff")
+    return line.removesuffix("\n").removesuffix("\r")
 
 
 def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
