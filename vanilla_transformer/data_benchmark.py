@@ -242,7 +242,9 @@ def benchmark_data(
     if streaming:
         stream_run = workdir / f"stream-{pairs}"
         shutil.rmtree(stream_run, ignore_errors=True)
-        stream_command = [*command[:-1], str(stream_run), "--streaming", "--max-steps", "1"]
+        # the cold run's tokenizer: a stream is never read whole, so it learns no BPE
+        stream_flags = ["--streaming", "--tokenizer", str(run / "tokenizer"), "--max-steps", "1"]
+        stream_command = [*command[:-1], str(stream_run), *stream_flags]
         report["streaming"] = run_timed(stream_command, env, marks, workdir / f"streaming-{pairs}.log")
     return report
 
