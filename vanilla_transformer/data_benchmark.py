@@ -7,7 +7,7 @@ What is measured, per N:
 - **restart**: the same run started again to one more update (resumes from the checkpoint of update 1, opens the
   cache);
 - **streaming** (optional): the cold start with `--streaming`, no cache;
-- the peak resident memory (RSS, sampled every 0.1 s) of the training process and of each worker it starts;
+- the peak resident memory (RSS, sampled every 0.25 s) of the training process and of each worker it starts;
 - the cache's size on disk (the corpus as Arrow in the `datasets` cache, and the tokenized corpus);
 - the loader's own rate: source+target tokens per second delivered as padded tensors by the training loop's
   `DataLoader` (token-budget sampler over the memory-mapped table, `DataCollatorForSeq2Seq`), beside the tokens per
@@ -22,6 +22,7 @@ words of 1-14 letters per language; nothing of the real corpus is copied.
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -78,9 +79,10 @@ def write_synthetic_corpus(folder: Path, pairs: int, seed: int = 0) -> dict:
 
 
 class _Watch:
-    """The peak RSS of a process and of each of its descendants, sampled every `interval` seconds."""
+    """The peak RSS of a process and of each of its descendants, sampled every `interval` seconds (a peak shorter
+    than that can pass unseen)."""
 
-    def __init__(self, pid: int, interval: float = 0.1):
+    def __init__(self, pid: int, interval: float = 0.25):
         import psutil
 
         self.root = psutil.Process(pid)
@@ -108,6 +110,9 @@ class _Watch:
                     self.peaks[process.pid] = (name, rss)
             self._stop.wait(self.interval)
 
+    def main_peak(self) -> int:
+        return self.peaks.get(self.root.pid, ("main", 0))[1]
+
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join()
@@ -122,10 +127,12 @@ class _Watch:
 
 def run_timed(command: list[str], env: dict, marks: dict[str, str], log: Path) -> dict:
     """Run `command`, noting the seconds at which a line of its output first matches each of `marks` (name →
-    regex), and its processes' peak RSS (`_Watch`); its output goes to `log`. A failed command raises."""
+    regex), its processes' peak RSS (`_Watch`) and the main process's peak up to each mark; its output goes to `log`.
+    A failed command raises."""
     start = time.perf_counter()
     seen: dict[str, float] = {}
     lines: dict[str, str] = {}
+    peaks: dict[str, float] = {}  # the main process's peak up to each mark: before the first batch, the data's
     with log.open("w") as out:
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         watch = _Watch(process.pid)
@@ -135,12 +142,13 @@ def run_timed(command: list[str], env: dict, marks: dict[str, str], log: Path) -
                 if name not in seen and re.search(pattern, line):
                     seen[name] = time.perf_counter() - start
                     lines[name] = line.strip()
+                    peaks[f"main_peak_rss_at_{name}_gb"] = watch.main_peak() / 1e9
         status = process.wait()
         memory = watch.stop()
     if status:
         raise RuntimeError(f"{' '.join(command)} failed ({status}); its output is in {log}")
     times = {f"{name}_s": seconds for name, seconds in seen.items()}
-    return {**times, "total_s": time.perf_counter() - start, **memory, "lines": lines}
+    return {**times, "total_s": time.perf_counter() - start, **memory, **peaks, "lines": lines}
 
 
 def folder_bytes(folder: Path) -> int:
@@ -177,6 +185,8 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
             break
     seconds = time.perf_counter() - start
     return {
+        # this process holds the data alone (no model): the loader's own memory
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
         "open_and_sample_s": opened,
         "tokens_per_s": (sources + targets) / seconds,
         "target_tokens_per_s": targets / seconds,
@@ -208,6 +218,7 @@ def benchmark_data(
         "HF_DATASETS_CACHE": str(caches / "datasets"),
         "VANILLA_TRANSFORMER_TOKENIZED_CACHE": str(caches / "tokenized"),
         "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",  # each line when printed: its time is what is measured
     }
     flags = ["--preset", preset, "--corpus", str(corpus), "--valid-split", "valid", "--save-steps", "1"]
     flags += ["--eval-samples", str(EVAL_SAMPLES), "--log-steps", "1", *extra_flags]

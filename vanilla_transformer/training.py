@@ -71,11 +71,8 @@ def build_tokenizer(
         return tokenizer
     if tokenizer_path is not None:
         tokenizer = load_tokenizer(tokenizer_path)
-    elif train_corpus is None:
-        raise SettingsError(
-            "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
-            "--tokenizer (e.g. `vanilla-transformer train-tokenizer`'s output, or a run's tokenizer/ folder)."
-        )
+    elif train_corpus is None:  # a streamed run (`no_trainer.check_streaming` refuses it first, with the fix)
+        raise SettingsError("no training corpus to learn a BPE from, and no --tokenizer given.")
     else:
         sample = tokenizer_sample(train_corpus, sample_pairs)
         tokenizer = train_joint_bpe(
