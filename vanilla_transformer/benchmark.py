@@ -466,15 +466,15 @@ def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: 
     # own peak does not hide the model's
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     model = build_benchmark_model(name, config)
     step = train_step_fn(name, model, batch, torch.float32)
     for _ in range(steps):
         step()
-    return (_status_kib("VmHWM") - before) * 1024
+    return (status_kib("VmHWM") - before) * 1024
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith(field + ":"):

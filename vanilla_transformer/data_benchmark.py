@@ -87,6 +87,7 @@ class _Watch:
 
         self.root = psutil.Process(pid)
         self.peaks: dict[int, tuple[str, int]] = {}
+        self.main_anonymous = 0
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -102,12 +103,17 @@ class _Watch:
                 return
             for process in processes:
                 try:
-                    rss = process.memory_info().rss
+                    memory = process.memory_info()
+                    rss = memory.rss
                     name = "main" if process.pid == self.root.pid else " ".join(process.cmdline()[:3])[-60:]
                 except psutil.Error:
                     continue
                 if rss > self.peaks.get(process.pid, ("", 0))[1]:
                     self.peaks[process.pid] = (name, rss)
+                if process.pid == self.root.pid:
+                    # resident pages not backed by a file: what the process allocated, without the pages of the
+                    # memory-mapped tables it has read (counted in RSS, but the kernel's to drop and share)
+                    self.main_anonymous = max(self.main_anonymous, rss - memory.shared)
             self._stop.wait(self.interval)
 
     def main_peak(self) -> int:
@@ -120,6 +126,7 @@ class _Watch:
         others = sorted((rss for _, rss in self.peaks.values()), reverse=True)
         return {
             "main_peak_rss_gb": main / 1e9,
+            "main_peak_anonymous_gb": self.main_anonymous / 1e9,
             "other_processes": len(others),
             "other_peak_rss_gb": others[0] / 1e9 if others else 0.0,
         }
@@ -143,6 +150,7 @@ def run_timed(command: list[str], env: dict, marks: dict[str, str], log: Path) -
                     seen[name] = time.perf_counter() - start
                     lines[name] = line.strip()
                     peaks[f"main_peak_rss_at_{name}_gb"] = watch.main_peak() / 1e9
+                    peaks[f"main_peak_anonymous_at_{name}_gb"] = watch.main_anonymous / 1e9
         status = process.wait()
         memory = watch.stop()
     if status:
@@ -164,6 +172,7 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     from torch.utils.data import DataLoader
     from transformers import DataCollatorForSeq2Seq
 
+    from .benchmark import status_kib
     from .data.batching import TokenBudgetBatchSampler
     from .data.tokenized import model_columns
     from .presets import TRAINING_PRESETS
@@ -187,6 +196,7 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     return {
         # this process holds the data alone (no model): the loader's own memory
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
+        "anonymous_rss_gb_at_end": status_kib("RssAnon") * 1024 / 1e9,
         "open_and_sample_s": opened,
         "tokens_per_s": (sources + targets) / seconds,
         "target_tokens_per_s": targets / seconds,
