@@ -757,7 +757,7 @@ def test_compiled_training_compiles_twice_for_every_batch_shape_token_batching_m
     compiled = torch.compile(model, backend=counter)
     shapes, frames = set(), []
     for batch in batches[:12]:
-        inputs = collator([{key: pairs[i][key] for key in ("input_ids", "attention_mask", "labels")} for i in batch])
+        inputs = collator([{key: pairs[i][key] for key in ("input_ids", "labels")} for i in batch])
         shapes.add((*inputs["input_ids"].shape, inputs["labels"].shape[1]))
         compiled(**inputs).loss.backward()
         frames.append(counter.frame_count)
