@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vanilla_transformer.data.corpora import load_text_files
-from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.data.text import read_lines
+from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
 from vanilla_transformer.loading import write_checksums
 from vanilla_transformer.translation import translate

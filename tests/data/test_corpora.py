@@ -17,8 +17,8 @@ from vanilla_transformer.data.corpora import (
     load_text_files,
     local_corpus,
 )
-from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.data.text import read_lines
+from vanilla_transformer.data.tokenized import tokenize_pairs
 
 
 def write(path: Path, text: str | bytes) -> Path:
