@@ -41,7 +41,7 @@ from .outputs import (
     write_text_atomic,
 )
 from .presets import RunSettings, TrainingPreset, record_run_preset
-from .settings_check import SettingsError, check_settings, check_tokenized
+from .settings_check import check_settings, check_streaming, check_tokenized
 from .training import TOKENIZER_SAMPLE_PAIRS, build_model, check_run_folder, prepare_run_data, run_lock
 
 LOG_FILE = "train_log.json"
@@ -149,28 +149,6 @@ def save_checkpoint(
 def stream_state_name(accelerator: Accelerator) -> str:
     """The file of a checkpoint that holds this process's position in the training stream."""
     return f"stream_state_{accelerator.process_index}.json"
-
-
-def check_streaming(
-    output_dir: str | Path,
-    tokenizer_path: str | Path | None,
-    per_device_batch_size: int | None,
-    train_samples: int | None,
-) -> None:
-    """Refuse, before anything is read, what `--streaming` cannot do: learn a BPE (it never holds the corpus),
-    batches of pairs, or a first-N selection (it reads the corpus as it trains, in token-budget batches)."""
-    problems = []
-    if tokenizer_path is None and not (Path(output_dir) / "tokenizer" / "tokenizer.json").is_file():
-        problems.append(
-            "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
-            "--tokenizer (`vanilla-transformer train-tokenizer`'s output, or another run's tokenizer/ folder)."
-        )
-    if per_device_batch_size:
-        problems.append("--streaming cuts token-budget batches (--max-tokens); leave out --per-device-batch-size.")
-    if train_samples:
-        problems.append("--streaming reads the whole stream; leave out --train-samples.")
-    if problems:
-        raise SettingsError(problems[0] if len(problems) == 1 else "\n".join(f"- {p}" for p in problems))
 
 
 def save_final_model(

@@ -267,6 +267,27 @@ def check_tokenized(
     _raise(problems)
 
 
+def check_streaming(
+    output_dir: str | Path,
+    tokenizer_path: str | Path | None,
+    per_device_batch_size: int | None,
+    train_samples: int | None,
+) -> None:
+    """Refuse, before anything is read, what `--streaming` cannot do: learn a BPE (it never holds the corpus),
+    batches of pairs, or a first-N selection (it reads the corpus as it trains, in token-budget batches)."""
+    problems = []
+    if tokenizer_path is None and not (Path(output_dir) / "tokenizer" / "tokenizer.json").is_file():
+        problems.append(
+            "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
+            "--tokenizer (`vanilla-transformer train-tokenizer`'s output, or another run's tokenizer/ folder)."
+        )
+    if per_device_batch_size:
+        problems.append("--streaming cuts token-budget batches (--max-tokens); leave out --per-device-batch-size.")
+    if train_samples:
+        problems.append("--streaming reads the whole stream; leave out --train-samples.")
+    _raise(problems)
+
+
 def _raise(problems: list[str]) -> None:
     if len(problems) == 1:
         raise SettingsError(problems[0])

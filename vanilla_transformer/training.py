@@ -71,7 +71,7 @@ def build_tokenizer(
         return tokenizer
     if tokenizer_path is not None:
         tokenizer = load_tokenizer(tokenizer_path)
-    elif train_corpus is None:  # a streamed run (`no_trainer.check_streaming` refuses it first, with the fix)
+    elif train_corpus is None:  # a streamed run (`settings_check.check_streaming` refuses it first, with the fix)
         raise SettingsError("no training corpus to learn a BPE from, and no --tokenizer given.")
     else:
         sample = tokenizer_sample(train_corpus, sample_pairs)

@@ -56,8 +56,13 @@ def dataset_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
     """The source and target lengths of a tokenized dataset: its `source_length`/`target_length` columns
     (`data.tokenized`), else the lengths of its `input_ids` and `labels` lists, read from the Arrow table without
     turning a row into Python objects."""
-    table = dataset.with_format("arrow")[:] if dataset._indices is not None else dataset.data.table
-    if {SOURCE_LENGTH, TARGET_LENGTH} <= set(dataset.column_names):
+    has_lengths = {SOURCE_LENGTH, TARGET_LENGTH} <= set(dataset.column_names)
+    names = [SOURCE_LENGTH, TARGET_LENGTH] if has_lengths else ["input_ids", "labels"]
+    # through an indices mapping (a `select`), only these two columns are taken, not the token ids beside them
+    table = (
+        dataset.select_columns(names).with_format("arrow")[:] if dataset._indices is not None else dataset.data.table
+    )
+    if has_lengths:
         columns = table.column(SOURCE_LENGTH), table.column(TARGET_LENGTH)
     else:
         columns = pc.list_value_length(table.column("input_ids")), pc.list_value_length(table.column("labels"))

@@ -44,15 +44,17 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
     one. The file is named for the two files' content (`corpus_sha256`), so an edited file is read again, and written
     under a hidden name first, so a killed read is never taken for a complete one."""
     paths = [Path(data_dir) / f"{split}.{lang}" for lang in (source_lang, target_lang)]
-    counts = [_count_lines(path) for path in paths]
-    if counts[0] != counts[1]:
-        raise ValueError(
-            f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel corpus "
-            f"must be line-aligned."
-        )
+    for path in paths:
+        _check_text_file(path)
     key = [TEXT_FORMAT, source_lang, target_lang, *(corpus_sha256(str(path)) for path in paths)]
     arrow = text_cache_root() / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}.arrow"
-    if not arrow.is_file():
+    if not arrow.is_file():  # an Arrow file of these contents was line-aligned when written: count only here
+        counts = [_count_lines(path) for path in paths]
+        if counts[0] != counts[1]:
+            raise ValueError(
+                f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel "
+                f"corpus must be line-aligned."
+            )
         _write_pairs_arrow(paths, (source_lang, target_lang), arrow)
     return Dataset.from_file(str(arrow), split=NamedSplit(split))
 
@@ -90,12 +92,15 @@ def _write_pairs_arrow(paths: list[Path], languages: tuple[str, str], arrow: Pat
         staging.unlink(missing_ok=True)
 
 
-def _count_lines(path: Path) -> int:
-    """The lines of a file as `read_lines` counts them (a last line without `\n` counts), read in blocks."""
+def _check_text_file(path: Path) -> None:
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
+
+
+def _count_lines(path: Path) -> int:
+    """The lines of a file as `read_lines` counts them (a last line without `\n` counts), read in blocks."""
     count, last = 0, b"\n"
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 24), b""):
