@@ -55,11 +55,17 @@ def test_a_stopped_stream_resumes_to_the_weights_of_an_uninterrupted_run(stream_
 
 
 def test_streaming_without_a_tokenizer_or_with_batches_of_pairs_is_refused(stream_corpus, tmp_path):
-    corpus, _ = stream_corpus
+    corpus, tokenizer = stream_corpus
     preset = get_training_preset("demo", corpus=str(corpus), valid_split="valid", max_steps=2)
     with pytest.raises(SettingsError, match=r"- --streaming never reads the whole corpus.*\n- --streaming cuts"):
         train_no_trainer(preset, tmp_path / "run", streaming=True, per_device_batch_size=8)
     assert not (tmp_path / "run").exists()
+    for corpus in ("builtin", str(tmp_path / "en-de.tsv")):
+        (tmp_path / "en-de.tsv").write_text("Hello.\tHallo.\n")
+        preset = get_training_preset("demo", corpus=corpus, max_steps=2)
+        with pytest.raises(SettingsError, match=r"--streaming reads .*: leave"):
+            train_no_trainer(preset, tmp_path / "run", streaming=True, tokenizer_path=tokenizer)
+        assert not (tmp_path / "run").exists()
 
 
 def test_stream_buffer_pairs_without_streaming_is_a_usage_error(tmp_path):

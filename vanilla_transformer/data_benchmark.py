@@ -213,16 +213,27 @@ def benchmark_data(
 ) -> dict:
     """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir` (the corpus is
     kept there and reused by a later call; the runs and caches are made anew)."""
+    run = workdir / f"run-{pairs}"
+    caches = workdir / f"caches-{pairs}"
+    made = [run, caches, workdir / f"stream-{pairs}"]
+    # the runs and caches of an earlier call are replaced; folders of those names that it did not make are refused
+    marker = workdir / f".benchmark-data-{pairs}"
+    if not marker.is_file() and any(folder.exists() for folder in made):
+        raise ValueError(
+            f"{workdir} holds {', '.join(f.name for f in made if f.exists())}, which benchmark-data did not make; "
+            f"give another --workdir."
+        )
     corpus = workdir / f"corpus-{pairs}"
     shape = {}
     if not (corpus / "valid.de").is_file():
+        if corpus.exists() and any(corpus.iterdir()) and not marker.is_file():
+            raise ValueError(f"{corpus} holds files benchmark-data did not write; give another --workdir.")
         started = time.perf_counter()
         shape = write_synthetic_corpus(corpus, pairs)
         shape["write_corpus_s"] = time.perf_counter() - started
-    run = workdir / f"run-{pairs}"
-    caches = workdir / f"caches-{pairs}"
-    for folder in (run, caches):
+    for folder in made:
         shutil.rmtree(folder, ignore_errors=True)
+    marker.touch()
     env = {
         **os.environ,
         "HF_DATASETS_CACHE": str(caches / "datasets"),
@@ -262,7 +273,6 @@ def benchmark_data(
         report["loader_over_model"] = report["loader"]["target_tokens_per_s"] / report["model_target_tokens_per_s"]
     if streaming:
         stream_run = workdir / f"stream-{pairs}"
-        shutil.rmtree(stream_run, ignore_errors=True)
         # the cold run's tokenizer: a stream is never read whole, so it learns no BPE
         stream_flags = ["--streaming", "--tokenizer", str(run / "tokenizer"), "--max-steps", "1"]
         stream_command = [*command[:-1], str(stream_run), *stream_flags]

@@ -252,7 +252,7 @@ def train_no_trainer(
         run=run,
     )
     if streaming:
-        check_streaming(output_dir, tokenizer_path, per_device_batch_size, train_samples)
+        check_streaming(preset.corpus, output_dir, tokenizer_path, per_device_batch_size, train_samples)
     # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
     check_run_folder(preset, output_dir, overwrite)
     output = Path(output_dir)

@@ -25,6 +25,7 @@ from datasets import Dataset
 
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .data.batching import dataset_lengths
+from .data.corpora import BUILTIN
 from .data.tokenized import FilterReport
 from .loading import CONFIG_ERRORS, config_error_message
 from .presets import RunSettings, TrainingPreset, record_run_preset
@@ -268,14 +269,25 @@ def check_tokenized(
 
 
 def check_streaming(
+    corpus: str,
     output_dir: str | Path,
     tokenizer_path: str | Path | None,
     per_device_batch_size: int | None,
     train_samples: int | None,
 ) -> None:
     """Refuse, before anything is read, what `--streaming` cannot do: learn a BPE (it never holds the corpus),
-    batches of pairs, or a first-N selection (it reads the corpus as it trains, in token-budget batches)."""
+    batches of pairs, or a first-N selection (it reads the corpus as it trains, in token-budget batches); and corpora
+    that are no stream: the built-in one (made in memory) and a TSV file (split by its own rule, read whole)."""
     problems = []
+    if corpus == BUILTIN:
+        problems.append(
+            "--streaming reads files or a datasets name; the built-in corpus is made in memory: leave it out."
+        )
+    elif Path(corpus).expanduser().is_file():
+        problems.append(
+            f"--streaming reads a folder of line-aligned split.lang files or a datasets name; {corpus} is a TSV file, "
+            "split by its own rule and read whole: leave out --streaming."
+        )
     if tokenizer_path is None and not (Path(output_dir) / "tokenizer" / "tokenizer.json").is_file():
         problems.append(
             "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
