@@ -257,7 +257,7 @@ def half_then_full_disk(write_lines):
 
 
 def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_path, monkeypatch, capsys):
-    import vanilla_transformer.data.corpora as corpora
+    import vanilla_transformer.data.text as text
 
     (tmp_path / "input.en").write_text("".join(f"{line}\n" for line in SOURCES * 2))
     output = tmp_path / "out" / "hyp.de"
@@ -267,7 +267,7 @@ def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_p
     argv = ["translate", "--model", str(model_folder), "--input", str(tmp_path / "input.en"), "--output", str(output)]
     argv += ["--device", "cpu", "--num-beams", "1"]
     with monkeypatch.context() as patched:
-        patched.setattr(corpora, "write_lines", half_then_full_disk(corpora.write_lines))
+        patched.setattr(text, "write_lines", half_then_full_disk(text.write_lines))
         with pytest.raises(SystemExit) as exited:  # one line, status 2: a full disk is the user's to fix
             main(argv)
     assert exited.value.code == 2
