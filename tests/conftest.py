@@ -1,8 +1,13 @@
 import atexit
+import contextlib
+import io
 import os
+import runpy
 import shutil
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # The Hub stand-in (tests/hub_server.py), one per test process (each pytest-xdist worker imports this file). The
@@ -130,3 +135,31 @@ def builtin_tokenizer():
 
     pairs = load_builtin("train")["translation"]
     return train_joint_bpe([p["en"] for p in pairs] + [p["de"] for p in pairs], vocab_size=600)
+
+
+def script_main(script: str) -> Callable[[list[str]], None]:
+    """The `main(argv)` of `scripts/<script>.py`."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{script}.py"
+    return runpy.run_path(str(path), run_name="script")["main"]
+
+
+def run_in_process(
+    entry: Callable[[list[str]], None], argv: tuple[str, ...] | list[str], cwd: Path, stdin_path: Path | None = None
+) -> subprocess.CompletedProcess:
+    """`entry(argv)` (a script's or the CLI's `main`) in `cwd`, as a process would run it: its stdin from
+    `stdin_path`, its stdout, stderr and exit status returned. The refusal tests run here, not in a fresh process,
+    which would spend ~10 s importing torch and transformers each time; tests/test_cli.py runs the real programs."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    returncode = 0
+    with open(stdin_path or os.devnull) as stdin:
+        saved_stdin, saved_cwd, sys.stdin = sys.stdin, Path.cwd(), stdin
+        os.chdir(cwd)
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                entry(list(argv))
+        except SystemExit as exited:
+            returncode = exited.code if isinstance(exited.code, int) else 1
+        finally:
+            sys.stdin = saved_stdin
+            os.chdir(saved_cwd)
+    return subprocess.CompletedProcess(list(argv), returncode, stdout.getvalue(), stderr.getvalue())

@@ -64,6 +64,7 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts/benchmark.py"), "--preset", "multi30k", "--vocab-size", "101",
          "--repeats", "2", "--threads", "1", "--train-batch-size", "4", "--new-tokens", "4",
+         "--no-compiled",  # compiling the eight compiled rows took 90 s; compiled decoding is tested in test_modeling
          "--output", str(report_path)],
         capture_output=True, text=True, check=False, cwd=tmp_path,
     )  # fmt: skip
@@ -74,8 +75,7 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     assert all(peak > 1e8 for peak in report["peak_flops_per_second"].values())
     assert set(report["speed"]) == {"train", "greedy_b1", "greedy_b32", "beam4_b8"}
     for job, by_model in report["speed"].items():
-        eager = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
-        expected = eager | {"vanilla_compiled", "marian_compiled"}
+        expected = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
         expected |= {f"{name}_bf16" for name in expected}
         expected |= set(benchmark.CTRANSLATE2) if job != "train" else set()  # measured with the fp32 pass
         assert set(by_model) == expected, job
@@ -84,14 +84,13 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
             assert result["dtype"] == ("bfloat16" if name.endswith("_bf16") else "float32")
             peak = report["peak_flops_per_second"][result["dtype"]]
             assert abs(result["share_of_peak"] - result["flops_per_second"] / peak) < 1e-12
-            assert result["first_call_seconds"] > 0  # compiling, for the compiled rows
         for subject, reference in (("vanilla", "marian"), ("vanilla_bf16", "vanilla"), ("ctranslate2_int8", "vanilla")):
             if subject in by_model:
                 ratio = by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
                 assert abs(report["ratios"][f"{subject} / {reference}"][job] - ratio) < 1e-9
     assert all(report["memory"][name] > 0 for name in benchmark.MODELS)
     assert "| greedy_b32 |" in done.stdout and "| peak training memory (fp32) |" in done.stdout
-    assert "vanilla_compiled_bf16 tok/s" in done.stdout and "| vanilla_bf16 / vanilla |" in done.stdout
+    assert "vanilla_bf16 tok/s" in done.stdout and "| vanilla_bf16 / vanilla |" in done.stdout
 
 
 def test_flop_counts_follow_the_dimensions():

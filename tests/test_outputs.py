@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_model
+from conftest import run_in_process, script_main, tiny_model
 
 from vanilla_transformer.checkpoints import average_checkpoints
 from vanilla_transformer.cli import main
@@ -58,19 +58,8 @@ def all_leftovers(root: Path) -> list[Path]:
 
 
 def run_script(script: str, *argv: str, cwd: Path, stdin_path: Path | None = None) -> subprocess.CompletedProcess:
-    """`python scripts/<script>.py ARGV` in a fresh process, offline."""
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    with open(stdin_path or os.devnull, "rb") as stdin:
-        return subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / f"{script}.py"), *argv],
-            cwd=cwd,
-            env=environment,
-            stdin=stdin,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+    """`python scripts/<script>.py ARGV` in `cwd`, run in this process (`run_in_process`)."""
+    return run_in_process(script_main(script), argv, cwd, stdin_path)
 
 
 def assert_refused(done: subprocess.CompletedProcess, *expected: str) -> None:

@@ -2,12 +2,8 @@
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on servers and CI
-
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import torch
+from matplotlib.figure import Figure  # not pyplot: no backend is chosen or changed, so notebooks keep theirs
 
 
 def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
@@ -17,7 +13,8 @@ def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
     bleu = [(e["step"], e["eval_bleu"]) for e in log_history if "eval_bleu" in e]
     if not train and not valid:
         raise ValueError("the log history holds no losses; train with logging_steps > 0 first.")
-    figure, (loss_axis, bleu_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    figure = Figure(figsize=(11, 4))
+    loss_axis, bleu_axis = figure.subplots(1, 2)
     for points, label in ((train, "train (label-smoothed)"), (valid, "valid")):
         if points:
             loss_axis.plot(*zip(*points, strict=True), label=label, marker="." if len(points) < 30 else None)
@@ -29,7 +26,6 @@ def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=120)
-    plt.close(figure)
     return path
 
 
@@ -86,10 +82,8 @@ def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], p
             raise ValueError(f"head {head} does not exist; the model has heads 0..{stack[0].shape[0] - 1}.")
     rows = _readable(maps["source_tokens"] if kind == "encoder" else maps["target_tokens"])
     columns = _readable(maps["source_tokens"])
-    figure, axes = plt.subplots(
-        len(layers), len(heads), figsize=(0.35 * len(columns) * len(heads) + 2, 0.35 * len(rows) * len(layers) + 1),
-        squeeze=False,
-    )  # fmt: skip
+    figure = Figure(figsize=(0.35 * len(columns) * len(heads) + 2, 0.35 * len(rows) * len(layers) + 1))
+    axes = figure.subplots(len(layers), len(heads), squeeze=False)
     for i, layer in enumerate(layers):
         for j, head in enumerate(heads):
             axis = axes[i][j]
@@ -101,5 +95,4 @@ def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], p
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=120)
-    plt.close(figure)
     return path
