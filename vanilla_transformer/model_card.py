@@ -22,6 +22,8 @@ from .data.multi30k import COMMIT as MULTI30K_COMMIT
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
 CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
+# the tutorial, relative to model_cards/<name>/README.md in the source repository (the project has no public URL yet)
+TUTORIAL_LINK = "../../docs/tutorial.ipynb"
 LANGUAGE_NAMES = {
     "en": "English",
     "de": "German",
@@ -210,6 +212,7 @@ def render_model_card(
         bleu_tokenizer=bleu_tokenizer,
         data=data or {},
         examples=examples or [],
+        tutorial_link=TUTORIAL_LINK,
     )
     return ModelCard(text)
 

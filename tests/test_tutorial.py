@@ -1,0 +1,69 @@
+"""docs/tutorial.ipynb runs top to bottom with every check passing, and the committed copy shows what it computes.
+
+`VANILLA_TRANSFORMER_WRITE_TUTORIAL=1 pytest tests/test_tutorial.py` writes the executed notebook back to docs/, so
+that the committed outputs (and figures) are the ones this test produced.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"
+
+
+def stdout_lines(notebook: nbformat.NotebookNode) -> list[str]:
+    return [
+        line
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.output_type == "stream" and output.name == "stdout"
+        for line in output.text.splitlines()
+    ]
+
+
+def checks(notebook: nbformat.NotebookNode) -> list[str]:
+    """What each check compared, without the measured numbers (they may differ in the last digits by machine)."""
+    return [line.split("  [")[0] for line in stdout_lines(notebook) if line.startswith(("✓ ", "✗ "))]
+
+
+def summary(notebook: nbformat.NotebookNode) -> tuple[int, int]:
+    found = [re.fullmatch(r"(\d+) checks, (\d+) passed", line) for line in stdout_lines(notebook)]
+    total, passed = next(match.groups() for match in found if match)
+    return int(total), int(passed)
+
+
+def test_the_tutorial_runs_and_every_check_passes():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    # a failed check is an assert in its cell: execute() raises CellExecutionError naming it
+    client = NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": NOTEBOOK.parent}}
+    )
+    client.execute()
+    total, passed = summary(notebook)
+    assert total == passed >= 50
+    assert all(line.startswith("✓ ") for line in checks(notebook))
+    if os.environ.get("VANILLA_TRANSFORMER_WRITE_TUTORIAL") == "1":
+        nbformat.write(notebook, NOTEBOOK)
+    else:  # the committed outputs come from this notebook as it is: the same checks, in the same order
+        assert checks(nbformat.read(NOTEBOOK, as_version=4)) == checks(notebook)
+
+
+def test_the_committed_tutorial_shows_its_outputs_and_is_linked():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    # run once, top to bottom, in one kernel; nothing failed
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    outputs = [output for cell in code for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type == "error"]
+    figures = [output for output in outputs if "image/png" in output.get("data", {})]
+    assert len(figures) >= 11  # every picture rendered where GitHub and the Hub show the notebook
+    total, passed = summary(notebook)
+    assert total == passed >= 50
+    assert "](docs/tutorial.ipynb)" in (ROOT / "README.md").read_text()
+    for card in (ROOT / "model_cards").glob("*/README.md"):
+        assert "](../../docs/tutorial.ipynb)" in card.read_text(), card
