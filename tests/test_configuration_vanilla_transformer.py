@@ -64,6 +64,12 @@ def test_generation_parameters_are_not_config_fields():
         ({"vocab_size": 100, "decoder_start_token_id": 250}, r"decoder_start_token_id=250 lies outside"),
         ({"vocab_size": 100, "decoder_vocab_size": 50}, r"decoder_vocab_size=50 differs from vocab_size=100"),
         ({"init_std": -0.02}, r"init_std=-0.02 must be >= 0"),
+        ({"qk_head_dim": 0}, r"qk_head_dim=0 must be a positive integer, or None for d_model / heads"),
+        ({"v_head_dim": -64}, r"v_head_dim=-64 must be a positive integer"),
+        (
+            {"encoder_attention_heads": 3, "v_head_dim": 64},
+            r"not divisible by encoder_attention_heads=3.*set qk_head_dim",
+        ),
     ],
 )
 def test_invalid_values_name_field_value_and_fix(overrides, message):
@@ -74,6 +80,15 @@ def test_invalid_values_name_field_value_and_fix(overrides, message):
 def test_d_model_30_with_5_heads_is_valid():
     # 30 is even and divisible by 5: a legal (if odd-looking) configuration
     assert VanillaTransformerConfig(d_model=30, encoder_attention_heads=5, decoder_attention_heads=5).d_model == 30
+
+
+def test_d_k_and_d_v_of_their_own_free_d_model_from_dividing_by_h():
+    # §3.2.2 sizes d_k and d_v apart from d_model; only the derived sizes need d_model / h to be whole
+    config = VanillaTransformerConfig(
+        encoder_attention_heads=3, decoder_attention_heads=3, qk_head_dim=8, v_head_dim=10
+    )
+    assert config.head_dims(3) == (8, 10)
+    assert VanillaTransformerConfig().head_dims(8) == (64, 64)  # the paper's base model
 
 
 def test_separate_vocabularies_are_an_option():

@@ -177,6 +177,13 @@ def test_what_cannot_be_exported_or_decoded_is_named(builtin_tokenizer, tmp_path
     with pytest.raises(ExportError, match="quantization='int4' is not one of CTranslate2's"):
         export_ctranslate2(tmp_path / "model", tmp_path / "export", quantization="int4")
     assert not (tmp_path / "export").exists()  # nothing half-written
+    peaked_model(builtin_tokenizer, qk_head_dim=3).save_pretrained(tmp_path / "small-d_k")  # Table 3, row (B)
+    builtin_tokenizer.save_pretrained(tmp_path / "small-d_k")
+    with pytest.raises(
+        ExportError, match=r"d_k=3 and d_v=\d+ \(qk_head_dim, v_head_dim\) .* translate it with PyTorch"
+    ):
+        export_ctranslate2(tmp_path / "small-d_k", tmp_path / "export")
+    assert not (tmp_path / "export").exists()
 
     export_ctranslate2(tmp_path / "model", tmp_path / "export", max_positions=8)
     translator = load_translator(str(tmp_path / "export"), "ctranslate2", "cpu")

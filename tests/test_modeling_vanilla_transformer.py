@@ -49,6 +49,71 @@ def test_parameter_counts_match_the_paper():
     assert abs(body - 44.1e6) < 0.1e6, body
 
 
+# --- §3.2.2 d_k and d_v (Table 3, rows A and B) -------------------------------------------------------------------
+
+
+def test_table_3_row_b_parameter_counts_follow_d_k():
+    # row (B) keeps h = 8 and d_v = 64 and shrinks d_k: each attention sub-layer loses 2·d_model·h·(64 - d_k)
+    base = count_parameters(VanillaTransformerConfig(vocab_size=37000))
+    for d_k in (16, 32):
+        smaller = count_parameters(VanillaTransformerConfig(vocab_size=37000, qk_head_dim=d_k))
+        attention_sublayers = 6 + 2 * 6  # encoder self-attention; decoder self- and encoder-decoder attention
+        assert base - smaller == attention_sublayers * 2 * 512 * 8 * (64 - d_k)
+    # row (A) at constant computation: h·d_k = d_model whatever h, so the size does not change
+    for heads in (1, 4, 16, 32):
+        config = VanillaTransformerConfig(
+            vocab_size=37000, encoder_attention_heads=heads, decoder_attention_heads=heads
+        )
+        assert config.head_dims(heads) == (512 // heads,) * 2 and count_parameters(config) == base
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_d_k_and_d_v_of_their_own_match_the_formula(attn_implementation, tmp_path):
+    config = tiny_config(qk_head_dim=5, v_head_dim=11)  # d_model 32, 4 heads: h·d_k = 20, h·d_v = 44
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.set_attn_implementation(attn_implementation)
+    attention = model.model.encoder.layers[0].self_attn
+    assert (attention.q_proj.out_features, attention.v_proj.out_features, attention.out_proj.in_features) == (
+        20,
+        44,
+        44,
+    )
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        ours = attention(x)[0]
+        q, k, v = (
+            proj(x).view(2, 6, 4, -1).transpose(1, 2) for proj in (attention.q_proj, attention.k_proj, attention.v_proj)
+        )
+        heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(5), dim=-1) @ v  # (2, 4, 6, 11)
+        expected = attention.out_proj(heads.transpose(1, 2).reshape(2, 6, 44))
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
+    # the whole model trains, decodes the same with and without a cache (static too), and saves and loads
+    batch = random_batch()
+    inputs = batch_inputs(batch)
+    model(**inputs, labels=batch["decoder_input_ids"]).loss.backward()
+    assert attention.q_proj.weight.grad.abs().sum() > 0
+    cached = model.generate(**inputs, num_beams=2, max_new_tokens=6)
+    for kwargs in ({"use_cache": False}, {"cache_implementation": "static"}):
+        assert torch.equal(model.generate(**inputs, num_beams=2, max_new_tokens=6, **kwargs), cached), kwargs
+    model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert (loaded.config.qk_head_dim, loaded.config.v_head_dim) == (5, 11)
+    assert torch.equal(loaded.generate(**inputs, num_beams=2, max_new_tokens=6), cached)
+
+
+def test_configs_without_d_k_and_d_v_load_as_before():
+    # both releases predate the fields: their config.json has neither, and every tensor keeps its shape
+    for release in ("vanilla-transformer-multi30k-en-de", "vanilla-transformer-tatoeba-en-zh"):
+        folder = ROOT / "model_cards" / release
+        assert "qk_head_dim" not in json.loads((folder / "config.json").read_text())
+        model, info = VanillaTransformerForConditionalGeneration.from_pretrained(folder, output_loading_info=True)
+        assert not any(info.values()), info  # nothing missing, unexpected or mismatched
+        config = model.config
+        assert (config.qk_head_dim, config.v_head_dim) == (None, None)
+        assert model.model.encoder.layers[0].self_attn.head_dim == config.d_model // config.encoder_attention_heads
+
+
 # --- §3.5 positional encodings ---------------------------------------------------------------------------------
 
 

@@ -289,3 +289,17 @@ def test_generate_uses_the_adapters(adapted, num_beams, monkeypatch):
     assert not same(from_adapted, from_base), (from_adapted, from_base)
     assert same(from_adapted, from_merged), (from_adapted, from_merged)
     assert same(from_disabled, from_base), (from_disabled, from_base)
+
+
+def test_adapters_fit_projections_whose_d_k_and_d_v_are_their_own():
+    # Table 3, row (B): q_proj/k_proj map d_model to h·d_k, v_proj to h·d_v, out_proj h·d_v back to d_model
+    base = tiny_model(seed=0, qk_head_dim=5, v_head_dim=11)
+    peft_model = get_peft_model(copy.deepcopy(base), lora_config())
+    randomize_lora_b(peft_model, std=0.05)
+    batch = random_batch()
+    peft_model(**with_labels(batch)).loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora_parameters(peft_model).values())
+    peft_model.eval()
+    merged = copy.deepcopy(peft_model).merge_and_unload()
+    assert (logits(merged, batch) - logits(peft_model, batch)).abs().max() <= 1e-5
+    assert (logits(merged, batch) - logits(base, batch)).abs().max() > 1e-4

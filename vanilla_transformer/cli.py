@@ -36,6 +36,7 @@ COMMANDS = (
     "train-tokenizer",
     "train",
     "train-no-trainer",
+    "ablate",
     "average",
     "translate",
     "evaluate",

@@ -65,6 +65,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
             `vocab_size`. Must equal `vocab_size` when the embeddings are shared.
         d_model, encoder_layers, decoder_layers, encoder_attention_heads, decoder_attention_heads,
         encoder_ffn_dim, decoder_ffn_dim: the sizes of §3.1–§3.3 (d_model, N, h, d_ff).
+        qk_head_dim: d_k of §3.2.2, the size of each head's queries and keys; None is the paper's d_model / h (64 in
+            the base model). Table 3, row (B), varies it alone. (The name is transformers' own for a key size that
+            differs from the value size, as in DeepSeek-V3.)
+        v_head_dim: d_v of §3.2.2, the size of each head's values; None is d_model / h. W^O maps the h·d_v
+            concatenated values back to d_model.
         dropout: P_drop of §5.4, applied to each sub-layer output before the residual add and to the sums of
             embeddings and positional encodings.
         attention_dropout: dropout on the attention weights (a tensor2tensor addition; the paper has none).
@@ -108,6 +113,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_attention_heads: int = 8
     encoder_ffn_dim: int = 2048
     decoder_ffn_dim: int = 2048
+    qk_head_dim: int | None = None
+    v_head_dim: int | None = None
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
@@ -149,12 +156,17 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name}={value!r} must be a positive integer; set it to a size > 0.")
+        for name in ("qk_head_dim", "v_head_dim"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name}={value!r} must be a positive integer, or None for d_model / heads.")
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
-            if self.d_model % heads:
+            if self.d_model % heads and (self.qk_head_dim is None or self.v_head_dim is None):
                 raise ValueError(
                     f"d_model={self.d_model} is not divisible by {name}={heads}; choose a number of heads that "
-                    f"divides d_model (the paper: d_model=512 with 8 heads of d_k=64)."
+                    f"divides d_model (the paper: d_model=512 with 8 heads of d_k=64), or set qk_head_dim and "
+                    f"v_head_dim (d_k and d_v) yourself."
                 )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
@@ -184,6 +196,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     f"share_encoder_decoder_embeddings=True needs one vocabulary; set "
                     f"share_encoder_decoder_embeddings=False for separate vocabularies."
                 )
+
+    def head_dims(self, num_heads: int) -> tuple[int, int]:
+        """(d_k, d_v) of a stack with `num_heads` heads (§3.2.2): the fields if set, else d_model / h."""
+        return self.qk_head_dim or self.d_model // num_heads, self.v_head_dim or self.d_model // num_heads
 
     def validate_token_ids(self) -> None:
         """Part of `@strict` validation: special token ids must lie in the vocabulary they index. transformers only

@@ -118,6 +118,13 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
             f"activation_function={config.activation_function!r} has no CTranslate2 equivalent; it runs "
             f"{', '.join(activations)}."
         )
+    for heads in (config.encoder_attention_heads, config.decoder_attention_heads):
+        if config.d_model % heads or config.head_dims(heads) != (config.d_model // heads,) * 2:
+            raise ExportError(
+                f"d_k={config.head_dims(heads)[0]} and d_v={config.head_dims(heads)[1]} (qk_head_dim, v_head_dim) with "
+                f"{heads} heads are not d_model / heads = {config.d_model / heads:g}, and CTranslate2's attention "
+                f"splits d_model evenly among the heads: this model cannot be exported; translate it with PyTorch."
+            )
     # pre-LN: each stack ends in a LayerNorm, as ours; post-LN (the paper): none
     stack_options = {"pre_norm": config.normalize_before, "activation": activations[config.activation_function]}
     spec = transformer_spec.TransformerSpec(

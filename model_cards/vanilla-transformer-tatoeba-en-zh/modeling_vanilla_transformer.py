@@ -315,16 +315,16 @@ class VanillaTransformerAttention(nn.Module):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
-        self.head_dim = config.d_model // num_heads
+        self.head_dim, self.value_head_dim = config.head_dims(num_heads)  # d_k, d_v
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         # sdpa reads `is_causal` from the module; it must be False for encoder and cross-attention
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
-        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
-        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
-        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.attention_bias)
+        self.q_proj = nn.Linear(config.d_model, num_heads * self.head_dim, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.d_model, num_heads * self.head_dim, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.d_model, num_heads * self.value_head_dim, bias=config.attention_bias)
+        self.out_proj = nn.Linear(num_heads * self.value_head_dim, config.d_model, bias=config.attention_bias)
 
     def forward(
         self,
@@ -357,9 +357,9 @@ class VanillaTransformerAttention(nn.Module):
             value_states = cache.layers[self.layer_idx].values
         else:
             key_value_states = key_value_states if is_cross_attention else hidden_states
-            key_value_shape = (*key_value_states.shape[:-1], -1, self.head_dim)
-            key_states = self.k_proj(key_value_states).view(key_value_shape).transpose(1, 2)  # (B, h, T_k, d_k)
-            value_states = self.v_proj(key_value_states).view(key_value_shape).transpose(1, 2)
+            length = key_value_states.shape[:-1]  # (B, T_k)
+            key_states = self.k_proj(key_value_states).view(*length, -1, self.head_dim).transpose(1, 2)
+            value_states = self.v_proj(key_value_states).view(*length, -1, self.value_head_dim).transpose(1, 2)
             if cache is not None:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):

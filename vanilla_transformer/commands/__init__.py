@@ -344,14 +344,19 @@ def add_language_arguments(parser: argparse.ArgumentParser, scope: str = "") -> 
         )
 
 
-def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
-    the languages, and the options both training functions take."""
+def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset` with one flag per preset field, each checked by its `PRESET_TYPES` type."""
     from ..presets import add_preset_arguments
 
     add_preset_arguments(parser)
     for field, kind in PRESET_TYPES.items():  # add_preset_arguments types them int or float: check them here
         parser._option_string_actions[f"--{field.replace('_', '-')}"].type = kind
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
+    the languages, and the options both training functions take."""
+    add_typed_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)
     parser.add_argument(
