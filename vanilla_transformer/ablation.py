@@ -71,11 +71,12 @@ class AblationRow:
 
 
 def table3_grid(preset: TrainingPreset, seeds: int = 1) -> list[AblationRow]:
-    """The paper's Table 3 rows scaled to `preset`'s model: the paper's base model has h=8, N=6, d_k=64, so (A) takes
-    h/8·h … 4h heads at constant h·d_k = d_model, (B) d_k/4 and d_k/2 with d_v unchanged, (C) N·2/6, 4/6, 8/6
-    (rounded), d_model/2 and 2·d_model (heads unchanged, so d_k follows), d_ff/2 and 2·d_ff, (D) no dropout, dropout
-    + 0.1, no label smoothing and ε_ls = 0.2, (E) learned positions; then pre-LN, and the base row under `seeds`
-    seeds (0, 1, …). Rows whose sizes would not be whole numbers are left out."""
+    """The paper's Table 3 rows scaled to `preset`'s model. The paper's base model has h=8, N=6, d_k=64, so (A) takes
+    1, h/2, 2h and 4h heads at constant h·d_k = d_model (row names give the factor: "A h=1/2" is h/2 heads), (B)
+    d_k/4 and d_k/2 with d_v unchanged, (C) N·2/6, 4/6, 8/6 (rounded), d_model/2 and 2·d_model (heads unchanged, so
+    d_k follows), d_ff/2 and 2·d_ff, (D) no dropout, dropout + 0.1, no label smoothing and ε_ls = 0.2, (E) learned
+    positions; then pre-LN, and the base row under `seeds` seeds (0, 1, …). On the paper's base model these are the
+    paper's own values. Rows whose sizes would not be whole numbers are left out."""
     config = preset.model_config()
     d_model, heads, layers = config.d_model, config.encoder_attention_heads, config.encoder_layers
     d_k = d_model // heads
