@@ -172,7 +172,9 @@ def dev_perplexity(model, tokenizer, sources: list[str], targets: list[str], bat
         batch = tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True).to(model.device)
         target = tokenizer(text_target=targets[start : start + batch_size], return_tensors="pt", padding=True)
         labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100).to(model.device)
-        logits = model(**batch, labels=labels).logits
+        # decoder inputs, not labels: the model's own (mean) loss is not needed beside this sum
+        decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+        logits = model(**batch, decoder_input_ids=decoder_input_ids).logits
         total += float(F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="sum"))
         tokens += int((labels != -100).sum())
     return math.exp(float(total) / tokens)
@@ -238,8 +240,6 @@ def run_row(
     record_path = folder / "row.json"
     if record_path.is_file():
         return json.loads(record_path.read_text())
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
     start = time.perf_counter()
     trained = row_preset(preset, row)
     run = train(
@@ -251,7 +251,7 @@ def run_row(
         report_to="none",
         progress=False,
         tokenizer_path=tokenizer_path,
-        threads=settings.threads,
+        threads=settings.threads,  # train sets them for this process, the evaluation below included
     )
     model, tokenizer = load_model_and_tokenizer(run.final_dir)
     model.generation_config.length_penalty = 0.6  # §6.1's α: the paper tuned α once, not per row
