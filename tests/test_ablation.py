@@ -22,6 +22,7 @@ from vanilla_transformer.ablation import (
     check_output_folder,
     dev_perplexity,
     load_grid,
+    run_grid,
     table3_grid,
 )
 from vanilla_transformer.presets import get_training_preset
@@ -132,6 +133,8 @@ def test_the_command_trains_a_tiny_grid_resumes_it_after_a_kill_and_writes_the_t
     record = json.loads((rows / "d_k=8" / "row.json").read_text())
     assert record["changes"] == "qk_head_dim=8" and record["train_steps"] == 20
     assert record["parameters"] < json.loads((rows / "base" / "row.json").read_text())["parameters"]
+    learned_once = (tmp_path / "grid" / "tokenizer" / "tokenizer.json").read_text()  # every row reads the grid's
+    assert all((rows / row / "tokenizer" / "tokenizer.json").read_text() == learned_once for row in ("base", "d_k=8"))
     table = (tmp_path / "grid" / "table3.md").read_text().splitlines()
     assert table[0].startswith("| row | changes | parameters (M) | train steps | dev PPL | dev BLEU | test BLEU")
     assert [line.split(" | ")[0] for line in table[2:]] == ["| base", "| d_k=8"]
@@ -139,3 +142,15 @@ def test_the_command_trains_a_tiny_grid_resumes_it_after_a_kill_and_writes_the_t
         assert [row["row"] for row in csv.DictReader(handle)] == ["base", "d_k=8"]
     assert (tmp_path / "grid" / "table3.png").read_bytes().startswith(b"\x89PNG")
     assert Path(tmp_path / "grid" / "ablation.json").is_file()
+
+
+def test_jobs_train_the_rows_at_once_in_processes_of_their_own_with_one_tokenizer(tmp_path):
+    preset = get_training_preset("demo", max_steps=2, save_steps=2, eval_steps=2, warmup_steps=1, average_last=1)
+    rows = [AblationRow("base", "base"), AblationRow("pre-LN", "LN", (("normalize_before", True),))]
+    records = run_grid(preset, rows, tmp_path, GridSettings(eval_samples=4, threads=1), jobs=2, log=lambda _: None)
+    assert [record["changes"] for record in records] == ["(the preset's model)", "normalize_before=True"]
+    assert all(record["train_steps"] == 2 and record["dev_bleu"] >= 0 for record in records)
+    learned_once = (tmp_path / "tokenizer" / "tokenizer.json").read_text()
+    for row in rows:
+        assert (tmp_path / "rows" / row.folder_name / "tokenizer" / "tokenizer.json").read_text() == learned_once
+    assert (tmp_path / "table3.md").read_text().count("\n") == 4  # header, rule, two rows

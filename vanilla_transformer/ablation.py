@@ -5,8 +5,9 @@ the paper's own numbers as Markdown, CSV and a plot.
 
 The grid is data: `table3_grid` scales the paper's rows (A)-(E) to the preset's model, with a pre-LN row (the question
 the paper does not answer) and the base row under several seeds to show the noise; a JSON file gives a grid of one's
-own (`load_grid`). Each row lives in `<output_dir>/rows/<row>/` and is done when its `row.json` exists, so a killed
-grid resumes where it stopped (a half-trained row resumes from its newest checkpoint).
+own (`load_grid`). Every row reads the grid's one tokenizer (`<output_dir>/tokenizer`); each row lives in
+`<output_dir>/rows/<row>/` and is done when its `row.json` exists, so a killed grid resumes where it stopped (a
+half-trained row resumes from its newest checkpoint).
 """
 
 import csv
@@ -279,6 +280,26 @@ def run_row(
     return record
 
 
+def prepare_grid(preset: TrainingPreset, output_dir: Path, settings: GridSettings) -> Path:
+    """The grid's one tokenizer, `<output_dir>/tokenizer` (the joint BPE the preset's training would learn, kept for
+    a resume), and the training and dev pairs tokenized with it into the tokenized-corpus cache, both before any row
+    trains: every row then reads the same wordpieces and opens the same tokenized files, so that all rows, the base
+    row included, can start at once without each tokenizing the corpus again."""
+    from .data.corpora import load_corpus
+    from .data.tokenized import tokenize_pairs, tokenized_cache_root
+    from .training import build_tokenizer
+
+    source_lang, target_lang = settings.source_lang, settings.target_lang
+    train, dev = (
+        load_corpus(preset.corpus, split, source_lang, target_lang, preset.dataset_config)
+        for split in ("train", preset.valid_split)
+    )
+    tokenizer = build_tokenizer(preset, train, source_lang, target_lang, output_dir)
+    for corpus in (train, dev):
+        tokenize_pairs(corpus, tokenizer, source_lang, target_lang, preset.max_length, tokenized_cache_root())
+    return output_dir / "tokenizer"
+
+
 def run_grid(
     preset: TrainingPreset,
     rows: list[AblationRow],
@@ -287,26 +308,23 @@ def run_grid(
     jobs: int = 1,
     log=print,
 ) -> list[dict]:
-    """Run every row not yet done (the base row first: the others reuse its tokenizer, so that every row reads the
-    same wordpieces), `jobs` rows at once in processes of their own, and write the table. Returns the records in
-    the grid's order."""
+    """Run every row not yet done, `jobs` rows at once in processes of their own, all with the grid's tokenizer
+    (`prepare_grid`), and write the table. Returns the records in the grid's order."""
     check_grid(preset, rows)
     output_dir = Path(output_dir)
+    tokenizer_path = prepare_grid(preset, output_dir, settings)
     folders = {row.name: output_dir / "rows" / row.folder_name for row in rows}
-    records = {rows[0].name: run_row(preset, rows[0], folders[rows[0].name], settings)}
-    log(f"{rows[0].name}: done")
-    tokenizer_path = folders[rows[0].name] / "tokenizer"
-    rest = rows[1:]
-    if jobs > 1 and len(rest) > 1:
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    records = {}
+    if jobs > 1 and len(rows) > 1:
+        with ProcessPoolExecutor(min(jobs, len(rows)), mp_context=get_context("spawn")) as pool:
             futures = {
-                row.name: pool.submit(run_row, preset, row, folders[row.name], settings, tokenizer_path) for row in rest
+                row.name: pool.submit(run_row, preset, row, folders[row.name], settings, tokenizer_path) for row in rows
             }
-            for row in rest:
+            for row in rows:
                 records[row.name] = futures[row.name].result()
                 log(f"{row.name}: done")
     else:
-        for row in rest:
+        for row in rows:
             records[row.name] = run_row(preset, row, folders[row.name], settings, tokenizer_path)
             log(f"{row.name}: done")
     ordered = [records[row.name] for row in rows]
@@ -408,6 +426,7 @@ def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
         axis.axhline(statistics.mean(base_values), color="tab:orange")
         axis.set_ylabel(label)
         axis.legend(loc="upper right", fontsize=8)
+    axes[1].set_yscale("log")  # one diverged row must not flatten the others
     axes[1].set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
     figure.tight_layout()
     with staged_file(paths["png"], flag="table3.png", suffix=".png") as staging:

@@ -11,8 +11,12 @@ the preset's model and adds pre-LN; `--grid FILE` runs a JSON list of your own r
 
 It writes rows/<row>/ (each a training run), table3.md, table3.csv and table3.png into --output-dir. Started again
 with the same --output-dir it skips the rows that are done and resumes a half-trained one from its checkpoint.
+--jobs N trains N rows at once, each in its own process (on one GPU, CUDA MPS lets their kernels overlap); the
+grid's tokenizer is learned once, first. docs/table3.md holds the Multi30k run of the first command below.
 
-    vanilla-transformer ablate --preset multi30k --max-steps 3000 --seeds 3 --output-dir table3/multi30k
+    vanilla-transformer ablate --preset multi30k --max-steps 2000 --max-tokens 8192 --tokens-per-update 8192 \
+        --warmup-steps 500 --lr-factor 1.265 --seeds 3 --jobs 11 --threads 1 --test-split test2016 \
+        --output-dir table3/multi30k
     vanilla-transformer ablate --preset demo --max-steps 200 --jobs 2 --threads 1 --output-dir table3/demo
 """
 

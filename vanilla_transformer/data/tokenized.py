@@ -191,10 +191,12 @@ def tokenize_pairs(
             for file in staging.glob("encoded*.arrow"):
                 file.unlink()
             (staging / REPORT_FILE).write_text(json.dumps(asdict(report)))
-            if folder.exists():  # another process finished the same folder first: its copy is as good
-                shutil.rmtree(staging)
-            else:
+            try:
                 os.replace(staging, folder)
+            except OSError:
+                if not (folder / REPORT_FILE).is_file():
+                    raise
+                shutil.rmtree(staging)  # another process finished the same folder first: its copy is as good
             kept = load_from_disk(str(folder / "dataset"))
     except BaseException:
         if staging is not None:
