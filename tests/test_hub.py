@@ -31,7 +31,7 @@ from vanilla_transformer.cli import main as cli_main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.evaluation import compute_metrics_for_trainer
-from vanilla_transformer.hub import FolderNotReadyError, HubPushError, plan_push, push_folder
+from vanilla_transformer.hub import FolderNotReadyError, HubPushError, check_repo_id, plan_push, push_folder
 from vanilla_transformer.loading import CODE_FILES, validate_folder, write_checksums
 from vanilla_transformer.model_card import card_for_folder, render_model_card, training_hyperparameters
 from vanilla_transformer.optimization import label_smoothed_loss
@@ -601,3 +601,19 @@ def test_a_sharded_model_sends_its_index_shards_and_their_checksums(builtin_toke
     assert plan.left_out == ("model-00099-of-00099.safetensors",)
     push_folder(folder, f"{HUB_USER}/sharded", plan=plan)
     assert uploaded_paths(f"{HUB_USER}/sharded") == set(plan.files)
+
+
+@pytest.mark.parametrize(
+    "repo_id, reason",
+    [
+        ("model", "not of the form namespace/name"),
+        ("a/b/c", "not of the form namespace/name"),
+        ("me/my model", "Repo id must use"),
+    ],
+)
+def test_a_push_refuses_repo_ids_the_hub_would_refuse_with_the_command_line_s_message(repo_id, reason):
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(repr(repo_id))} is not a Hub repo id \({reason}.*your-name/my-model"
+    ):
+        check_repo_id(repo_id)
+    check_repo_id("your-name/my-model.v2")  # the Hub's characters: letters, digits, -, _, .

@@ -10,6 +10,7 @@ import torch
 from conftest import BOS, EOS, PAD, VOCAB, random_batch, tiny_config, tiny_model
 from safetensors import safe_open
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModel, AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
@@ -668,21 +669,83 @@ def test_remote_code_loads_without_the_package(tmp_path, model, batch):
     assert generate_without_package(tmp_path, inputs, num_beams=4, max_new_tokens=8) == expected
 
 
+# --- no host syncs -------------------------------------------------------------------------------------------
+
+# the ops whose result the host must wait for: `.item()`, `int(t)`, `bool(t)` (all `_local_scalar_dense`) and the
+# ones whose output size depends on values (boolean-mask indexing runs `nonzero`); on a GPU each one stops the host
+# until every queued kernel has run
+HOST_READS = {"_local_scalar_dense", "nonzero", "nonzero_static", "masked_select", "unique", "_unique2", "item"}
+
+
+class HostReads(TorchDispatchMode):
+    """Records every op in `HOST_READS` that runs inside the `with` block."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._overloadpacket.__name__
+        # a boolean mask as an index (`t[t != -100]`) runs `nonzero` inside the kernel, out of this mode's sight
+        masks = name.startswith("index") and any(
+            isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in (args[1] or [])
+        )
+        if name in HOST_READS or masks:
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_read_counter_sees_reads():
+    values = torch.tensor([[3, -100, 5]])
+    with HostReads() as reads:
+        int(values.max()), bool((values == 0).any()), values[values != -100]  # noqa: B018
+    assert reads.ops == ["aten._local_scalar_dense.default", "aten._local_scalar_dense.default", "aten.index.Tensor"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"position_encoding": "learned"}, {"normalize_before": True, "share_encoder_decoder_embeddings": False}],
+    ids=["paper", "learned-positions", "pre-LN-separate-vocabularies"],
+)
+def test_neither_a_training_step_nor_a_decoding_step_waits_for_the_device(overrides):
+    """transformers' models check inputs at the edges, not in `forward`: a check that reads a value on the host
+    (`int(ids.max())`) makes a GPU wait for every kernel queued before it, in every step. The counter above proves
+    the forward, the backward and one cached decoding step read nothing."""
+    model, batch = tiny_model(**overrides).train(), random_batch()
+    labels = batch["decoder_input_ids"].masked_fill(batch["decoder_input_ids"] == 7, -100)
+    with HostReads() as reads:
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
+    assert reads.ops == []
+
+    model.eval()
+    with torch.no_grad():
+        first = model(**batch_inputs(batch), decoder_input_ids=batch["decoder_input_ids"][:, :3], use_cache=True)
+        with HostReads() as reads:
+            model(
+                encoder_outputs=(first.encoder_last_hidden_state,),
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=batch["decoder_input_ids"][:, 3:4],
+                cache=first.past_key_values,
+                use_cache=True,
+            )
+    assert reads.ops == []
+
+
 # --- bad input -------------------------------------------------------------------------------------------------
 
 
-def test_token_ids_outside_the_vocabulary(model):
-    ok = torch.tensor([[BOS]])
+def test_token_ids_outside_the_vocabulary_are_refused_where_they_enter_generate(model):
+    """`generate` checks its ids once, at the start; the training collator checks each batch
+    (`tests/data/test_batching.py`); `forward` checks none (see the host-read test above)."""
     with pytest.raises(ValueError, match=rf"input_ids contains token id 70 \(largest 70.*vocab_size is {VOCAB}"):
-        model(input_ids=torch.tensor([[5, 70, 3]]), decoder_input_ids=ok)
+        model.generate(torch.tensor([[5, 70, 3]]), max_new_tokens=2)
     with pytest.raises(ValueError, match=r"input_ids contains token id -4 .*vocab_size is 64"):
-        model(input_ids=torch.tensor([[5, -4, 3]]), decoder_input_ids=ok)
+        model.generate(input_ids=torch.tensor([[5, -4, 3]]), max_new_tokens=2)
     with pytest.raises(ValueError, match=r"decoder_input_ids contains token id 64 .*vocab_size is 64"):
-        model(input_ids=torch.tensor([[5, 6]]), decoder_input_ids=torch.tensor([[1, 64]]))
-    with pytest.raises(ValueError, match=r"labels contains token id 99 .*vocab_size is 64"):
-        model(input_ids=torch.tensor([[5, 6]]), labels=torch.tensor([[3, 99, -100]]))
-    with pytest.raises(ValueError, match=r"input_ids contains token id 64"):
-        model.generate(torch.tensor([[5, 64]]), max_new_tokens=2)
+        model.generate(torch.tensor([[5, 6]]), decoder_input_ids=torch.tensor([[1, 64]]), max_new_tokens=2)
+    separate = tiny_model(share_encoder_decoder_embeddings=False, decoder_vocab_size=40)
+    with pytest.raises(ValueError, match=r"decoder_input_ids contains token id 50 .*vocab_size is 40"):
+        separate.generate(torch.tensor([[5, 60]]), decoder_input_ids=torch.tensor([[1, 50]]), max_new_tokens=2)
 
 
 def test_wrong_shapes_name_the_expected_shape(model):

@@ -71,6 +71,25 @@ ROW_INDEPENDENT_LOGITS_PROCESSORS = (
 ROW_INDEPENDENT_STOPPING_CRITERIA = (EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria)
 
 
+def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> None:
+    """Raise a `ValueError` naming the offending id instead of an IndexError or a device-side assert. Called where ids
+    enter (`generate`'s inputs, the training collator), never in `forward`: reading the extremes on the host makes a
+    GPU wait for every queued kernel."""
+    if token_ids.numel() == 0:
+        return
+    if ignore_index is not None:
+        token_ids = token_ids.masked_fill(token_ids == ignore_index, 0)
+    smallest, largest = (int(value) for value in torch.aminmax(token_ids))
+    if largest >= vocab_size or smallest < 0:
+        bad = largest if largest >= vocab_size else smallest
+        allowed = f"[0, {vocab_size - 1}]" + (f" or {ignore_index}" if ignore_index is not None else "")
+        raise ValueError(
+            f"{name} contains token id {bad} (largest {largest}, smallest {smallest}) but vocab_size is "
+            f"{vocab_size}: ids must lie in {allowed}. Use the tokenizer that matches this model, or call "
+            f"model.resize_token_embeddings(...) after adding tokens."
+        )
+
+
 # --- transformers' internals this file needs: one function each, so that a change in transformers is mended here ---
 
 
@@ -216,6 +235,14 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                     f"log-probability by |Y|^α (length_penalty_form='hf'), not by the GNMT ((5 + |Y|) / 6)^α of §6.1."
                 )
             paper_beam_search = not unsupported
+
+        source_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        for name, ids, size in (
+            ("input_ids", source_ids, self.config.vocab_size),
+            ("decoder_input_ids", kwargs.get("decoder_input_ids"), vocab_size),
+        ):
+            if isinstance(ids, torch.Tensor) and not ids.is_floating_point():  # checked once here, not every step
+                check_token_ids(ids, size, name)
 
         max_new_tokens_per_row = None
         kwargs = self._with_source_padding_mask(inputs, kwargs)

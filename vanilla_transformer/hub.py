@@ -24,6 +24,7 @@ from pathlib import Path
 
 from huggingface_hub import CommitInfo, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .loading import (
@@ -168,9 +169,18 @@ def _stage(plan: PushPlan, staging: Path) -> Path:
     return staging
 
 
-def _check_repo_id(repo_id: str) -> None:
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ValueError(f"repo_id={repo_id!r} is not of the form namespace/name: e.g. --repo-id your-name/my-model.")
+def check_repo_id(repo_id: str) -> None:
+    """Refuse a repo id other than `namespace/name` in the characters the Hub allows: huggingface_hub's
+    `validate_repo_id`, which alone also takes a bare `name` (a repo of the token's user; a push names its owner)."""
+    try:
+        if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+            raise HFValidationError("not of the form namespace/name")
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        reason = str(error).splitlines()[0].rstrip(".")
+        raise ValueError(
+            f"{repo_id!r} is not a Hub repo id ({reason}): give namespace/name, e.g. your-name/my-model"
+        ) from None
 
 
 def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_code: bool = False) -> PushPlan:
@@ -198,7 +208,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     """
     folder = Path(folder)
     if repo_id is not None:
-        _check_repo_id(repo_id)
+        check_repo_id(repo_id)
     if not folder.is_dir():
         raise FolderNotReadyError(folder, validate_folder(folder))
     root = folder.resolve()
@@ -330,7 +340,7 @@ def push_folder(
     `token` is given.
     """
     folder = Path(folder)
-    _check_repo_id(repo_id)
+    check_repo_id(repo_id)
     if plan is None:
         plan = plan_push(folder, repo_id, allow_modified_code=allow_modified_code)
     elif plan.folder != folder.resolve():

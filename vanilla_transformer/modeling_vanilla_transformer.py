@@ -94,25 +94,6 @@ def sinusoidal_position_encoding(num_positions: int, dim: int, interleaved: bool
     return table.float()
 
 
-def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> None:
-    """Raise a `ValueError` naming the offending id instead of an IndexError or a device-side assert."""
-    if is_torchdynamo_compiling() or token_ids.numel() == 0:
-        return
-    if ignore_index is not None:
-        token_ids = token_ids[token_ids != ignore_index]
-        if token_ids.numel() == 0:
-            return
-    smallest, largest = (int(value) for value in torch.aminmax(token_ids))
-    if largest >= vocab_size or smallest < 0:
-        bad = largest if largest >= vocab_size else smallest
-        allowed = f"[0, {vocab_size - 1}]" + (f" or {ignore_index}" if ignore_index is not None else "")
-        raise ValueError(
-            f"{name} contains token id {bad} (largest {largest}, smallest {smallest}) but vocab_size is "
-            f"{vocab_size}: ids must lie in {allowed}. Use the tokenizer that matches this model, or call "
-            f"model.resize_token_embeddings(...) after adding tokens."
-        )
-
-
 def check_shape(tensor: torch.Tensor | None, expected: tuple, name: str, allow_4d: bool = False) -> None:
     """Raise a `ValueError` naming the expected shape (masks may also be 4D, as prepared by the caller)."""
     if tensor is None or (allow_4d and tensor.dim() == 4):
@@ -602,7 +583,6 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         if inputs_embeds is None:
             check_integer_ids(input_ids, ids_name, embeds_name)
             check_shape(input_ids, ("batch_size", length_name), ids_name)
-            check_token_ids(input_ids, self.embed_tokens.num_embeddings, ids_name)
             inputs_embeds = self.embed_tokens(input_ids)
         check_shape(inputs_embeds, ("batch_size", length_name, self.config.d_model), embeds_name)
         return inputs_embeds
@@ -651,8 +631,13 @@ class VanillaTransformerEncoder(VanillaTransformerStack):
         positions = self.embed_positions(seq_length, position_ids=positions_from_mask(attention_mask, seq_length))
         hidden_states = self.add_positions(inputs_embeds, positions)
 
+        # a given mask is always built: transformers would skip one without padding, but finding that out reads
+        # `mask.all()` on the host, a device sync in every forward
         attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            allow_is_bidirectional_skip=attention_mask is None,
         )
         for encoder_layer in self.layers:
             hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
@@ -712,12 +697,20 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             else past_key_values
         )
         # positional, as the cache argument is `past_key_values` before transformers 5.24 and `cache` from it
-        causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
+        # given masks are always built, as in the encoder: no host read of `mask.all()` to skip them
+        causal_mask = create_causal_mask(
+            self.config,
+            inputs_embeds,
+            attention_mask,
+            self_attention_cache,
+            allow_is_causal_skip=attention_mask is None,
+        )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
+            allow_is_bidirectional_skip=encoder_attention_mask is None,
         )
 
         position_ids = positions_from_mask(attention_mask, seq_length)
@@ -888,7 +881,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerGenerationMix
         if labels is not None:
             check_integer_ids(labels, "labels")
             check_shape(labels, ("batch_size", "target_length"), "labels")
-            check_token_ids(labels, self.config.decoder_vocab_size, "labels", ignore_index=-100)
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

@@ -20,11 +20,11 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch.utils.data import DataLoader
-from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.dynamic_module_utils import custom_object_save
 
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
-from .data.batching import TokenBudgetBatchSampler, accumulation_steps
+from .data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps
 from .data.corpora import corpus_languages
 from .data.streaming import DEFAULT_BUFFER_PAIRS, StreamingTokenBatches
 from .data.tokenized import model_columns
@@ -295,7 +295,7 @@ def train_no_trainer(
         valid_set = model_columns(data.valid_set)  # the loaders read the token ids alone; the sampler the lengths
 
         model = build_model(preset, tokenizer)
-        collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
+        collator = Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
         sampler = stream = None
         if streaming:
             # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)

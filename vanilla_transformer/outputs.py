@@ -121,18 +121,6 @@ def check_output_file(
     check_not_an_input(destination, inputs, flag)
 
 
-def corpus_location(corpus: str) -> str | None:
-    """Where the files of a corpus name (`--corpus`, a preset's `corpus`) lie on this machine, as an input to keep
-    outputs out of: its folder or file, or the Multi30k folder named by $VANILLA_TRANSFORMER_MULTI30K; None for the
-    built-in corpus and `datasets` names."""
-    from .data.corpora import MULTI30K
-    from .data.multi30k import MULTI30K_ENV
-
-    if corpus == MULTI30K:
-        return os.environ.get(MULTI30K_ENV)
-    return corpus if Path(corpus).expanduser().exists() else None
-
-
 def read_marker(folder: PathLike) -> dict | None:
     """The marker of a folder a command created (`MARKER_NAME`), or None when it has none or an unreadable one."""
     path = Path(folder) / MARKER_NAME

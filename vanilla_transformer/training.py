@@ -12,17 +12,17 @@ import numpy as np
 import torch
 from accelerate import PartialState
 from datasets import Dataset
-from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase, Seq2SeqTrainingArguments
+from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from .checkpoints import average_checkpoints, last_complete_checkpoint
-from .data.batching import TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
-from .data.corpora import corpus_languages, load_corpus
+from .data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
+from .data.corpora import corpus_languages, corpus_location, load_corpus
 from .data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
 from .evaluation import compute_metrics_for_trainer
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
-from .outputs import OutputError, check_not_an_input, check_output_folder, corpus_location, hold_lock, staged_folder
+from .outputs import OutputError, check_not_an_input, check_output_folder, hold_lock, staged_folder
 from .presets import RunSettings, TrainingPreset, record_run_preset
 from .settings_check import SettingsError, check_settings, check_tokenized
 from .tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
@@ -373,7 +373,7 @@ def train(
             args=args,
             train_dataset=train_set,  # the length columns feed the sampler; the Trainer's loaders drop them
             eval_dataset=valid_set,
-            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+            data_collator=Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=-100),
             processing_class=tokenizer,
             compute_metrics=compute_metrics_for_trainer(tokenizer, target_lang),
             compute_loss_func=label_smoothed_loss(preset.label_smoothing),

@@ -286,17 +286,14 @@ def model_source(text: str) -> str:
 
 
 def repo_id(text: str) -> str:
-    """A `type=` for a Hub repository to push to: `namespace/name`, in the characters the Hub allows."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    """A `type=` for a Hub repository to push to: `namespace/name`, in the characters the Hub allows
+    (`hub.check_repo_id`)."""
+    from ..hub import check_repo_id
 
     try:
-        if text.count("/") != 1 or not all(text.split("/")):
-            raise HFValidationError("not of the form namespace/name")
-        validate_repo_id(text)
-    except HFValidationError as error:
-        reason = str(error).splitlines()[0].rstrip(".")
-        message = f"{text!r} is not a Hub repo id ({reason}): give namespace/name, e.g. your-name/my-model"
-        raise argparse.ArgumentTypeError(message) from None
+        check_repo_id(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
 
 

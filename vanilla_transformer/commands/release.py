@@ -68,8 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     """Average, tune α when asked, score, write the release folder, and print its results."""
     from ..checkpoints import average_checkpoints, list_checkpoints, run_inputs
+    from ..data.corpora import corpus_location
     from ..data.multi30k import MULTI30K_ENV
-    from ..outputs import check_not_an_input, check_output_folder, corpus_location
+    from ..outputs import check_not_an_input, check_output_folder
     from ..presets import read_run_preset
     from ..release import ReleaseData, adopt_best_length_penalty, evaluate_release, training_summary, write_release
 

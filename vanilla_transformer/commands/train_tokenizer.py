@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Train, save, and print the round-trip failures (the first 10 of them)."""
-    from ..data.corpora import load_corpus
-    from ..outputs import check_not_an_input, check_output_folder, corpus_location, staged_folder
+    from ..data.corpora import corpus_location, load_corpus
+    from ..outputs import check_not_an_input, check_output_folder, staged_folder
     from ..tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
 
     # before the corpus loads: the folder holds no input, and replaces only a tokenizer folder of ours

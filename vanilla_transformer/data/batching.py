@@ -5,10 +5,14 @@ Lengths are numpy arrays and batches are slices of one array of indices, so that
 costs tens of megabytes, not a Python list per sentence."""
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.compute as pc
 from torch.utils.data import Sampler
+from transformers import DataCollatorForSeq2Seq
+
+from ..generation_vanilla_transformer import check_token_ids
 
 # the columns `data.tokenized` writes beside the token ids
 SOURCE_LENGTH, TARGET_LENGTH = "source_length", "target_length"
@@ -131,3 +135,19 @@ def accumulation_steps(tokens_per_update: int | None, tokens_per_batch: float) -
     if not tokens_per_update:
         return 1
     return max(1, round(tokens_per_update / tokens_per_batch))
+
+
+@dataclass
+class Seq2SeqCollator(DataCollatorForSeq2Seq):
+    """transformers' `DataCollatorForSeq2Seq` (padding, labels padded with `label_pad_token_id`, decoder inputs from
+    `model`, which is required here) that also refuses token ids outside the model's vocabularies: once per batch,
+    on the host where the batch is built, since the model's forward does not check them (a check there would make a
+    GPU wait in every step)."""
+
+    def __call__(self, features: list[dict], return_tensors: str | None = None) -> dict:
+        batch = super().__call__(features, return_tensors)
+        config = self.model.config
+        check_token_ids(batch["input_ids"], config.vocab_size, "input_ids")
+        if "labels" in batch:
+            check_token_ids(batch["labels"], config.decoder_vocab_size, "labels", ignore_index=self.label_pad_token_id)
+        return batch

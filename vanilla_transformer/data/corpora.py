@@ -21,7 +21,7 @@ from datasets import Dataset, NamedSplit, get_dataset_split_names, load_dataset
 from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
-from .multi30k import multi30k_dir
+from .multi30k import MULTI30K_ENV, multi30k_dir
 from .text import decode_line
 
 logger = logging.getLogger(__name__)
@@ -245,3 +245,12 @@ def sides(dataset: Dataset, source_lang: str, target_lang: str) -> tuple[list[st
     """The source and the target sentences of a `translation` dataset, in order."""
     pairs = dataset["translation"]
     return [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
+
+
+def corpus_location(corpus: str) -> str | None:
+    """Where the files of a corpus name (`--corpus`, a preset's `corpus`) lie on this machine, as an input to keep
+    outputs out of: its folder or file, or the Multi30k folder named by $VANILLA_TRANSFORMER_MULTI30K; None for the
+    built-in corpus and `datasets` names."""
+    if corpus == MULTI30K:
+        return os.environ.get(MULTI30K_ENV)
+    return corpus if Path(corpus).expanduser().exists() else None
