@@ -1,12 +1,13 @@
 import pytest
 from datasets import Dataset
 
+from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.settings_check import SettingsError
 from vanilla_transformer.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
-from vanilla_transformer.training import build_tokenizer, tokenizer_sample
+from vanilla_transformer.training import build_tokenizer, tokenizer_sample, train
 
 
 def test_the_bpe_sample_is_seeded_distinct_in_corpus_order_and_whole_when_small():
@@ -51,3 +52,16 @@ def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tm
                            tmp_path / "run", **options)  # fmt: skip
     assert len(run.losses) == 2
     assert sorted(path.name for path in cache.iterdir()) == folders
+
+
+def test_train_sorts_the_corpus_into_batches_once(tmp_path, monkeypatch):
+    built = []
+    for_dataset = TokenBudgetBatchSampler.for_dataset.__func__
+    monkeypatch.setattr(
+        TokenBudgetBatchSampler,
+        "for_dataset",
+        classmethod(lambda cls, *a, **k: built.append(1) or for_dataset(cls, *a, **k)),
+    )
+    preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, average_last=1)
+    train(preset, tmp_path / "run", eval_samples=4, threads=1, report_to="none", progress=False)
+    assert len(built) == 1  # sized the update and fed the Trainer's loader

@@ -28,8 +28,9 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with token-budget batches for training, the §5.3 schedule, and crash-safe checkpoints.
 
     `max_tokens` bounds the padded source+target tokens of a batch (`None`: the Trainer's batches of
-    `args.per_device_train_batch_size` pairs); `warmup_steps` parameterizes the schedule, whose peak is
-    `args.learning_rate`.
+    `args.per_device_train_batch_size` pairs); `batch_sampler`, when given, is the `TokenBudgetBatchSampler` of
+    `train_dataset` with `max_tokens` and `batching_seed`, built by the caller (else built here, once); `warmup_steps`
+    parameterizes the schedule, whose peak is `args.learning_rate`.
 
     With `push_to_hub=True` and `hub_strategy="end"`, `trainer.push_to_hub(dataset=...)` after training uploads a
     complete repo: weights, config with `auto_map`, the two code files, tokenizer, and the project's model card
@@ -42,7 +43,15 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     trains nothing, where transformers' loop would take one step more.
     """
 
-    def __init__(self, *args, max_tokens: int | None, warmup_steps: int, batching_seed: int = 0, **kwargs):
+    def __init__(
+        self,
+        *args,
+        max_tokens: int | None,
+        warmup_steps: int,
+        batching_seed: int = 0,
+        batch_sampler: TokenBudgetBatchSampler | None = None,
+        **kwargs,
+    ):
         arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
         if arguments is not None and arguments.push_to_hub and arguments.hub_strategy != HubStrategy.END:
             # checked before Trainer.__init__, which creates the repo: transformers' per-checkpoint pushes upload
@@ -55,6 +64,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens
         self.warmup_steps = warmup_steps
         self.batching_seed = batching_seed
+        self._batch_sampler = batch_sampler  # built once: sorting millions of lengths is not free
         self._staging_dir: str | None = None
         super().__init__(*args, **kwargs)
 
@@ -145,7 +155,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         )
 
     def train_batch_sampler(self) -> TokenBudgetBatchSampler:
-        return TokenBudgetBatchSampler.for_dataset(self.train_dataset, self.max_tokens, seed=self.batching_seed)
+        if self._batch_sampler is None:
+            self._batch_sampler = TokenBudgetBatchSampler.for_dataset(
+                self.train_dataset, self.max_tokens, seed=self.batching_seed
+            )
+        return self._batch_sampler
 
     def get_train_dataloader(self) -> DataLoader:
         if self.max_tokens is None:

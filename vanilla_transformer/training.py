@@ -323,6 +323,7 @@ def train(
         tokens = data.train_tokens()
         # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
         if per_device_batch_size:  # the Trainer's batches of pairs: max_tokens plays no part
+            sampler = None
             tokens_per_batch = per_device_batch_size * tokens / len(train_set)
             batches = f"batches of {per_device_batch_size} pairs"
         else:
@@ -380,6 +381,7 @@ def train(
             max_tokens=None if per_device_batch_size else preset.max_tokens,
             warmup_steps=preset.warmup_steps,
             batching_seed=seed,
+            batch_sampler=sampler,  # the one sized above
         )
         check_trainer_fsdp(trainer.accelerator)  # before training: checkpoints that resume and average
         shard_tied_embeddings(trainer.accelerator, model)  # FSDP2 only
