@@ -17,13 +17,13 @@ import pytest
 
 from vanilla_transformer.checkpoints import RESUME_FILES, list_checkpoints
 from vanilla_transformer.cli import main
+from vanilla_transformer.commands import add_typed_preset_arguments
 from vanilla_transformer.data.grammar import grammar_pairs
 from vanilla_transformer.no_trainer import train_no_trainer
 from vanilla_transformer.presets import (
     PRESET_FLAGS,
     TRAINING_PRESETS,
     RunSettings,
-    add_preset_arguments,
     get_training_preset,
     preset_from_arguments,
     record_run_preset,
@@ -91,7 +91,7 @@ def test_both_training_scripts_take_a_flag_for_each_preset_flag_field(script):
 
 def test_preset_flags_override_only_the_fields_given():
     parser = argparse.ArgumentParser()
-    add_preset_arguments(parser)
+    add_typed_preset_arguments(parser)
     args = parser.parse_args(["--preset", "multi30k", "--max-steps", "5", "--lr-factor", "0.25", "--corpus", "builtin"])
     expected = get_training_preset("multi30k", max_steps=5, lr_factor=0.25, corpus="builtin")
     assert preset_from_arguments(args) == expected != get_training_preset("multi30k")

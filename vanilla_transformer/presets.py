@@ -1,7 +1,7 @@
-"""The training presets (`TrainingPreset`, `TRAINING_PRESETS`), their command-line flags (`PRESET_FLAGS`,
-`add_preset_arguments`), and the `preset.json` record of what a run in a folder trained with: the preset, and under
-`"run"` the settings besides it (`RunSettings`: languages, seed, precision, the corpus's content digest). A resume
-must match the record, and a release's card and reproduce lines are written from it."""
+"""The training presets (`TrainingPreset`, `TRAINING_PRESETS`), the fields a command-line flag sets (`PRESET_FLAGS`;
+`commands.add_typed_preset_arguments` adds the flags), and the `preset.json` record of what a run in a folder trained
+with: the preset, and under `"run"` the settings besides it (`RunSettings`: languages, seed, precision, the corpus's
+content digest). A resume must match the record, and a release's card and reproduce lines are written from it."""
 
 import argparse
 import json
@@ -160,33 +160,26 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
     return replace(TRAINING_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
-# TrainingPreset fields that `scripts/train.py` and `scripts/train_no_trainer.py` set with a flag of the same name
-PRESET_FLAGS: dict[str, tuple[type, str]] = {
-    "corpus": (str, "'multi30k' (downloaded once), 'builtin', a folder of {split}.{lang} files, or a datasets name"),
-    "dataset_config": (str, "the datasets config, e.g. de-en for wmt14"),
-    "valid_split": (str, "the validation split's name (datasets on the Hub: 'validation')"),
-    "vocab_size": (int, "joint BPE vocabulary size"),
-    "max_tokens": (int, "padded source+target tokens per batch (and process)"),
-    "tokens_per_update": (int, "gradient accumulation reaches about this many (all processes together)"),
-    "warmup_steps": (int, "§5.3 warmup"),
-    "lr_factor": (float, "multiplies the §5.3 learning rate"),
-    "max_steps": (int, "updates in all (a resumed run may raise it)"),
-    "save_steps": (int, "updates between checkpoints"),
-    "eval_steps": (int, "updates between validations"),
-    "average_last": (int, "checkpoints kept, for averaging (§6.1); train.py averages them into final/"),
-    "label_smoothing": (float, "§5.4 label smoothing"),
-    "dropout": (float, "dropout rate (§5.4)"),
-    "max_length": (int, "pairs with more tokens on a side are dropped (and counted)"),
-    "lowercase": (bool, "train on lowercased text, as the Multi30k literature (the tokenizer lowercases)"),
+# TrainingPreset fields set by a flag of the same name, with its help (`commands.add_typed_preset_arguments` adds the
+# flags, each typed by `commands.PRESET_TYPES`)
+PRESET_FLAGS: dict[str, str] = {
+    "corpus": "'multi30k' (downloaded once), 'builtin', a folder of {split}.{lang} files, or a datasets name",
+    "dataset_config": "the datasets config, e.g. de-en for wmt14",
+    "valid_split": "the validation split's name (datasets on the Hub: 'validation')",
+    "vocab_size": "joint BPE vocabulary size",
+    "max_tokens": "padded source+target tokens per batch (and process)",
+    "tokens_per_update": "gradient accumulation reaches about this many (all processes together)",
+    "warmup_steps": "§5.3 warmup",
+    "lr_factor": "multiplies the §5.3 learning rate",
+    "max_steps": "updates in all (a resumed run may raise it)",
+    "save_steps": "updates between checkpoints",
+    "eval_steps": "updates between validations",
+    "average_last": "checkpoints kept, for averaging (§6.1); train.py averages them into final/",
+    "label_smoothing": "§5.4 label smoothing",
+    "dropout": "dropout rate (§5.4)",
+    "max_length": "pairs with more tokens on a side are dropped (and counted)",
+    "lowercase": "train on lowercased text, as the Multi30k literature (the tokenizer lowercases)",
 }
-
-
-def add_preset_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset` and one flag per `PRESET_FLAGS` field, each overriding the preset where given."""
-    parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
-    for field, (kind, help_text) in PRESET_FLAGS.items():
-        value = {"action": argparse.BooleanOptionalAction} if kind is bool else {"type": kind}
-        parser.add_argument(f"--{field.replace('_', '-')}", help=help_text, **value)
 
 
 def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:

@@ -299,7 +299,7 @@ def repo_id(text: str) -> str:
 
 # --- shared flags ----------------------------------------------------------------------------------------------------
 
-# the type of each numeric TrainingPreset flag (vanilla_transformer.presets.PRESET_FLAGS)
+# the type of each numeric TrainingPreset flag (`presets.PRESET_FLAGS`)
 PRESET_TYPES: dict[str, Callable[[str], object]] = {
     "vocab_size": bpe_vocab_size,
     "max_tokens": positive_int,
@@ -342,12 +342,17 @@ def add_language_arguments(parser: argparse.ArgumentParser, scope: str = "") -> 
 
 
 def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset` with one flag per preset field, each checked by its `PRESET_TYPES` type."""
-    from ..presets import add_preset_arguments
+    """`--preset` and one flag per `presets.PRESET_FLAGS` field, overriding the preset where given: numbers checked
+    by their `PRESET_TYPES` type, `--lowercase`/`--no-lowercase`, the others text."""
+    from ..presets import PRESET_FLAGS, TRAINING_PRESETS
 
-    add_preset_arguments(parser)
-    for field, kind in PRESET_TYPES.items():  # add_preset_arguments types them int or float: check them here
-        parser._option_string_actions[f"--{field.replace('_', '-')}"].type = kind
+    parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
+    for field, help_text in PRESET_FLAGS.items():
+        flag = f"--{field.replace('_', '-')}"
+        if isinstance(getattr(TRAINING_PRESETS["demo"], field), bool):
+            parser.add_argument(flag, help=help_text, action=argparse.BooleanOptionalAction)
+        else:
+            parser.add_argument(flag, help=help_text, type=PRESET_TYPES.get(field, str))
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
