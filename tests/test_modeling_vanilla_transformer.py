@@ -687,8 +687,8 @@ class HostReads(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._overloadpacket.__name__
         # a boolean mask as an index (`t[t != -100]`) runs `nonzero` inside the kernel, out of this mode's sight
-        masks = name.startswith("index") and any(
-            isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in (args[1] or [])
+        masks = name in ("index", "index_put", "index_put_", "_index_put_impl_") and any(
+            isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in args[1]
         )
         if name in HOST_READS or masks:
             self.ops.append(str(func))

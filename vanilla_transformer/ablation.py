@@ -283,20 +283,15 @@ def run_row(
 def prepare_grid(preset: TrainingPreset, output_dir: Path, settings: GridSettings) -> Path:
     """The grid's one tokenizer, `<output_dir>/tokenizer` (the joint BPE the preset's training would learn, kept for
     a resume), and the training and dev pairs tokenized with it into the tokenized-corpus cache, both before any row
-    trains: every row then reads the same wordpieces and opens the same tokenized files, so that all rows, the base
-    row included, can start at once without each tokenizing the corpus again."""
-    from .data.corpora import load_corpus
-    from .data.tokenized import tokenize_pairs, tokenized_cache_root
-    from .training import build_tokenizer
+    trains (`training.prepare_run_data`, as a run of the preset does it): every row then reads the same wordpieces
+    and opens the same tokenized files, so that all rows, the base row included, can start at once without each
+    tokenizing the corpus again."""
+    from accelerate import PartialState
 
-    source_lang, target_lang = settings.source_lang, settings.target_lang
-    train, dev = (
-        load_corpus(preset.corpus, split, source_lang, target_lang, preset.dataset_config)
-        for split in ("train", preset.valid_split)
-    )
-    tokenizer = build_tokenizer(preset, train, source_lang, target_lang, output_dir)
-    for corpus in (train, dev):
-        tokenize_pairs(corpus, tokenizer, source_lang, target_lang, preset.max_length, tokenized_cache_root())
+    from .training import prepare_run_data
+
+    state = PartialState(cpu=not torch.cuda.is_available())  # the state `train` makes in this process
+    prepare_run_data(state, preset, settings.source_lang, settings.target_lang, output_dir)
     return output_dir / "tokenizer"
 
 
