@@ -527,12 +527,12 @@ def _flip_a_tensor_byte(folder: Path) -> list[str]:
 
 def _nan_weight(folder: Path) -> list[str]:
     name = _set_one_weight(folder, float("nan"))
-    return ["model.safetensors", repr(name), "1 NaN", "push a checkpoint saved before the loss became NaN"]
+    return ["model.safetensors", f"{name} (1 NaN of ", "a checkpoint saved before the loss became NaN"]
 
 
 def _inf_weight(folder: Path) -> list[str]:
     name = _set_one_weight(folder, float("-inf"))
-    return ["model.safetensors", repr(name), "1 Inf", "push a checkpoint saved before the loss became NaN"]
+    return ["model.safetensors", f"{name} (1 Inf of ", "a checkpoint saved before the loss became NaN"]
 
 
 def _link_out_of_the_folder(folder: Path) -> list[str]:

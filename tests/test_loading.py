@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import HUB_USER, tiny_model
+from huggingface_hub import HfApi
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -29,7 +30,7 @@ from vanilla_transformer.evaluation import evaluate_model_on_split
 from vanilla_transformer.loading import (
     ModelFolderError,
     bad_values,
-    check_loaded_weights,
+    download_model,
     find_pickles,
     load_model_and_tokenizer,
     write_checksums,
@@ -369,16 +370,25 @@ def test_translate_stops_on_non_finite_scores(value, num_beams, builtin_tokenize
     assert len(translate(good_model(builtin_tokenizer), builtin_tokenizer, ["a dog ."], num_beams=num_beams)) == 1
 
 
-def test_a_hub_model_is_checked_after_loading(good_folder):
-    """The checks a Hub id gets, on what transformers reports of a load (the files stay in its cache)."""
-    model, info = AutoModelForSeq2SeqLM.from_pretrained(good_folder, output_loading_info=True)
-    check_loaded_weights(model, info, "owner/name")  # tied weights are not reported missing
-    with pytest.raises(ModelFolderError, match=r"owner/name: 1 tensor\(s\) missing in its weights \(model.x\)"):
-        check_loaded_weights(model, {"missing_keys": {"model.x"}, "unexpected_keys": set()}, "owner/name")
-    with torch.no_grad():
-        model.lm_head.weight[0, 0] = math.nan  # tied: model.shared.weight too
-    with pytest.raises(ModelFolderError, match=r"owner/name holds impossible weights in \d tensor\(s\): .*1 NaN of"):
-        check_loaded_weights(model, {}, "owner/name")
+def test_a_hub_model_is_checked_as_a_folder_is_before_it_is_loaded(good_folder, tmp_path):
+    """A Hub id is downloaded (over HTTP from the Hub stand-in of conftest.py) and goes through the same checks as a
+    folder; a broken upload is named by its id, and nothing but the files loading reads is fetched."""
+    api = HfApi()
+    good, broken = f"{HUB_USER}/loading-good", f"{HUB_USER}/loading-nan"
+    upload = tmp_path / "upload"
+    shutil.copytree(good_folder, upload)
+    torch.save({"a": 1}, upload / "training_args.bin")  # a pickle beside the weights is never downloaded
+    for repo_id in (good, broken):
+        api.create_repo(repo_id, exist_ok=True)
+        api.upload_folder(repo_id=repo_id, folder_path=upload)
+        resave_weights(upload, set_value("model.encoder.layers.0.ffn.fc1.weight", math.nan))
+    model, tokenizer = load_model_and_tokenizer(good)
+    reference, _ = load_model_and_tokenizer(good_folder)
+    assert torch.equal(model.model.shared.weight, reference.model.shared.weight) and len(tokenizer) == 600
+    assert not any(path.name.endswith(".bin") for path in download_model(good).rglob("*"))
+    with pytest.raises(ModelFolderError, match=rf"^The Hub model {broken} cannot be loaded; ask its owner") as raised:
+        load_model_and_tokenizer(broken)
+    assert "model.encoder.layers.0.ffn.fc1.weight (1 NaN of 2048 values)" in str(raised.value)
 
 
 def test_the_intact_folder_loads_and_translates(good_folder, tmp_path, capsys):

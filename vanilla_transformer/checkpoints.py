@@ -12,7 +12,7 @@ from transformers import AutoModelForSeq2SeqLM
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from .configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
-from .loading import check_config_file, check_safetensors_file, write_checksums
+from .loading import check_config_file, check_model_folder, write_checksums
 from .outputs import check_not_an_input, check_output_folder, staged_folder
 from .tokenization import load_tokenizer, tokenizer_fingerprint
 
@@ -65,16 +65,17 @@ def remove_stale_staging(run_dir: str | Path) -> list[Path]:
 
 
 def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the `model.safetensors` weights of `folders` (float32 accumulation)."""
+    """The element-wise mean of the `model.safetensors` weights of `folders` (float32 accumulation); every folder is
+    checked first (`loading.check_model_folder`), so that a truncated, bit-flipped, cut or diverged checkpoint is
+    named, not averaged in."""
     if not folders:
         raise ValueError("no checkpoints to average.")
+    for folder in folders:
+        check_model_folder(folder)
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for folder in folders:
         path = folder / SAFE_WEIGHTS_NAME
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; every averaged checkpoint needs its model.safetensors.")
-        check_safetensors_file(path)  # a truncated or bit-flipped file is named, not averaged in
         state = load_file(path)
         if total and state.keys() != total.keys():
             raise ValueError(f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only.")
@@ -199,9 +200,9 @@ def average_checkpoints(
     check_output_folder(output_dir, "model", overwrite)
     chosen = checkpoints[-last:]
     check_one_run(run_dir, chosen)
-    averaged = average_state_dicts(chosen)  # checks every file first: a corrupt one is named, not loaded
-    check_config_file(chosen[-1] / "config.json")
-    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True)
+    averaged = average_state_dicts(chosen)
+    # the weights are replaced by the average, and the newest checkpoint's were checked above
+    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True, refuse_impossible_weights=False)
     # tied matrices are stored once (`model.shared.weight`); their aliases are the only keys allowed to be missing
     result = model.load_state_dict(averaged, strict=False)
     untied = set(result.missing_keys) - set(model.all_tied_weights_keys)

@@ -33,7 +33,6 @@ from .loading import (
     _check_contents,
     _pickle_problems,
     _resolves_inside,
-    _weights_problems,
     validate_folder,
 )
 from .model_card import card_for_folder
@@ -197,7 +196,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
       meant it to be sent, and sending a copy of something elsewhere on the machine is a decision to make by copying
       the file in); with any other name it is left out like any other extra file.
     - Weights: refused when a weights file fails its `.sha256`, is not a complete safetensors file, or holds NaN or
-      ±Inf in any floating tensor.
+      ±Inf in any floating tensor (`loading.weights_problems`, as for a load).
     - Remote code: a code file that differs from the installed package's copy is refused (every downloader runs it
       with trust_remote_code=True) unless `allow_modified_code`; then it is sent and `PushPlan.modified_code` says so.
     - The folder's checks (`loading.validate_folder`) run on exactly the files that would be sent, so a model that
@@ -254,7 +253,6 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
         card = None if rendered is None else str(rendered)
 
     problems += _pickle_problems(folder)
-    problems += _weights_problems(sources, folder)
     modified = _modified_code(sources)
     if not allow_modified_code:
         problems += [

@@ -6,18 +6,19 @@ reads it), so that a flipped bit in tensor data, which the safetensors format ca
 
 Reading: `check_model_folder` looks at a folder before transformers does and raises a `ModelFolderError` that names
 the file and the problem: a config.json that is not JSON, is another model's, or lacks the fields that size the
-model; weights that exist only as a pickle (`pytorch_model.bin`: named, never opened, since unpickling runs
-arbitrary code); a truncated or corrupted safetensors file, or one that no longer matches its checksum; and weights
-that cannot be right although the file is intact (`check_weights`): tensors the model class does not have, tensors
-it needs that are missing (transformers would initialise them at random), tensors of the wrong shape, and NaN, Inf
-or absurdly large values (a diverged run, a flipped exponent bit).
-`load_model_and_tokenizer` runs those checks, loads with `use_safetensors=True`, and refuses a tokenizer that is not
-the model's: one whose fingerprint differs from the `tokenizer_fingerprint` recorded in config.json by training, or,
-in folders that predate it, one whose ids do not fit the model. The translate, evaluate, average and plot commands
-load through it.
+model; and weights that cannot be this model's (`weights_problems`, the one check of a folder's weights, which the
+push and checkpoint averaging call too): weights that exist only as a pickle (`pytorch_model.bin`: named, never
+opened, since unpickling runs arbitrary code); a truncated or corrupted safetensors file, or one that no longer
+matches its checksum; tensors the model class does not have, tensors it needs that are missing (transformers would
+initialise them at random), tensors of the wrong shape, and NaN, Inf or absurdly large values (a diverged run, a
+flipped exponent bit).
+`load_model_and_tokenizer` runs those checks (on a Hub model's download, `download_model`, as on a folder), loads
+with `use_safetensors=True`, and refuses a tokenizer that is not the model's: one whose fingerprint differs from the
+`tokenizer_fingerprint` recorded in config.json by training, or, in folders that predate it, one whose ids do not fit
+the model. The translate, evaluate, average and plot commands load through it.
 
 Before a push (`hub.plan_push`): `validate_folder` lists every reason a folder would not make a complete, safe model
-repo (config.json and its auto_map, the code files `CODE_FILES`, weights that load, tokenizer, generation config, the
+repo (config.json and its auto_map, the code files `CODE_FILES`, the weights, tokenizer, generation config, the
 card's metadata), and `find_pickles` finds a pickle anywhere under it, by name or by content.
 """
 
@@ -33,7 +34,6 @@ import torch
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
-    AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     GenerationConfig,
@@ -227,9 +227,9 @@ def check_model_folder(folder: str | Path) -> dict:
             f"pass --engine ctranslate2 to translate or evaluate, or give the model folder it was exported from."
         )
     config = check_config_file(folder / "config.json")
-    for path in weight_files(folder):
-        check_safetensors_file(path)
-    check_weights(folder, config)
+    problems = weights_problems(folder, config)
+    if problems:
+        raise ModelFolderError("\n".join(problems))
     return config
 
 
@@ -288,16 +288,36 @@ def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json
     return ExpectedTensors(type(model).__name__, shapes, optional, ignored)
 
 
-def check_weights(folder: str | Path, config: dict | PreTrainedConfig) -> None:
-    """Raise a `ModelFolderError` if the tensors of `folder`'s safetensors files cannot be this model's weights:
-    names the model class lacks (unexpected: transformers would drop them) or needs and cannot find (missing:
-    transformers would initialise them at random), shapes other than the config implies, and floating-point values
-    that are NaN, infinite, or of magnitude >= 2^64 (`HUGE_WEIGHT`). Tensors are read one at a time."""
+def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
+    """Every reason the weights of `folder` cannot be this model's (an empty list when they can). This is the one
+    check of a folder's weights: loading (`check_model_folder`, for a folder here or a Hub download), pushing
+    (`validate_folder`) and averaging (`checkpoints.average_checkpoints`) all call it.
+
+    In three stages, each only when the one before found nothing: the files (`weight_files`: safetensors, never
+    pickles; each complete and matching its `.sha256`, `check_safetensors_file`); the tensors' names and shapes
+    against the model class `config` builds: names it lacks (unexpected: transformers would drop them), names it
+    needs and cannot find (missing: transformers would initialise them at random), shapes other than the config
+    implies; and floating-point values that are NaN, infinite, or of magnitude >= 2^64 (`bad_values`). Tensors are
+    read one at a time."""
     from safetensors import safe_open
 
     folder = Path(folder)
-    files = weight_files(folder)
-    expected = expected_tensors(config, str(folder / "config.json"))
+    try:
+        files = weight_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
+    problems = []
+    for path in files:
+        try:
+            check_safetensors_file(path)
+        except ModelFolderError as error:
+            problems.append(str(error))
+    if problems:
+        return problems
+    try:
+        expected = expected_tensors(config, str(folder / "config.json"))
+    except ModelFolderError as error:
+        return [str(error)]
     shapes = expected.shapes
     fix = "restore the folder from a good copy (or the checkpoint it was made from), or re-save the model"
     found: dict[str, tuple[Path, tuple[int, ...]]] = {}
@@ -310,14 +330,14 @@ def check_weights(folder: str | Path, config: dict | PreTrainedConfig) -> None:
     )
     if unexpected:
         where = ", ".join(sorted({found[name][0].name for name in unexpected}))
-        raise ModelFolderError(
+        problems.append(
             f"{folder} holds {len(unexpected)} tensor(s) that {expected.model_class} with its config.json lacks "
             f"({_listed(unexpected)}) in {where}: the weights belong to another model or another configuration, and "
             f"transformers would silently drop them. Pass the config.json saved with these weights, or {fix}."
         )
     missing = sorted(name for name in shapes if name not in found and name not in expected.optional)
     if missing:
-        raise ModelFolderError(
+        problems.append(
             f"{folder} lacks {len(missing)} tensor(s) of the model ({_listed(missing)}) in "
             f"{', '.join(path.name for path in files)}: transformers would initialise them at random and the model "
             f"would translate differently. The file was cut or edited; {fix}."
@@ -328,25 +348,28 @@ def check_weights(folder: str | Path, config: dict | PreTrainedConfig) -> None:
         if name in shapes and shape != shapes[name]
     ]
     if wrong:
-        raise ModelFolderError(
+        problems.append(
             f"{folder} holds {len(wrong)} tensor(s) whose shape does not match its config.json: {_listed(wrong)}. "
             f"The weights come from a model of another size; pass the config.json saved with them, or {fix}."
         )
+    if problems:
+        return problems
     bad = []
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
             for name in handle.keys():
-                problem = bad_values(handle.get_tensor(name))
-                if problem:
+                if problem := bad_values(handle.get_tensor(name)):
                     bad.append((path, f"{name} ({problem})"))
     if bad:
         where = ", ".join(str(path) for path in sorted({path for path, _ in bad}))
-        raise ModelFolderError(
+        problems.append(
             f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}. "
             f"NaN and Inf come from a run that diverged (or overflowed in float16), huge values from a corrupted "
             f"file (a flipped exponent bit); the model would translate to empty or garbage lines. Restore the folder "
-            f"from a good copy, use an earlier checkpoint, or re-train."
+            f"from a good copy, use a checkpoint saved before the loss became NaN, or train again with a lower "
+            f"learning rate or more warmup."
         )
+    return problems
 
 
 def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
@@ -400,21 +423,26 @@ def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: Pr
     check_tokenizer_fits_model(tokenizer, config, source)
 
 
-def check_loaded_weights(model: PreTrainedModel, loading_info: dict, source: str) -> None:
-    """For a model loaded from the Hub, whose files `check_weights` never saw: raise a `ModelFolderError` if
-    transformers found tensors missing or unexpected (`output_loading_info`), or a weight holds NaN, Inf or a value of
-    magnitude >= 2^64."""
-    fix = f"the upload of {source} is broken; ask its owner to re-upload it, or use another revision"
-    for kind, effect in (("missing", "initialised at random"), ("unexpected", "dropped")):
-        names = sorted(loading_info.get(f"{kind}_keys") or [])
-        if names:
-            raise ModelFolderError(
-                f"{source}: {len(names)} tensor(s) {kind} in its weights ({_listed(names)}), which transformers "
-                f"{effect}; {fix}."
-            )
-    bad = [f"{name} ({problem})" for name, tensor in model.state_dict().items() if (problem := bad_values(tensor))]
-    if bad:
-        raise ModelFolderError(f"{source} holds impossible weights in {len(bad)} tensor(s): {_listed(bad)}; {fix}.")
+# what loading reads of a Hub model: config and generation config, weights and their checksums, the tokenizer
+# files; never a pickle, and no code (the installed package runs its own)
+DOWNLOADED_FILES = ("*.json", "*.safetensors", "*" + CHECKSUM_SUFFIX, "*.txt")
+
+
+def download_model(repo_id: str) -> Path:
+    """The folder in the local cache holding the files of Hub model `repo_id` that loading reads (`DOWNLOADED_FILES`,
+    with `huggingface_hub.snapshot_download`: offline, the cached copy), so that a Hub model is checked before it is
+    loaded exactly as a folder is."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=list(DOWNLOADED_FILES)))
+    except (OSError, ValueError) as error:  # the Hub's refusals, the network's, offline mode; an invalid id
+        # the client's message ends in advice about the internet connection; say first what was looked for
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelFolderError(
+            f"{repo_id} is not a folder here, and no Hub model of that id could be loaded ({reason}). Give the path of "
+            f"a saved model folder, or a Hub id (owner/name) with the network reachable or the model in the cache."
+        ) from error
 
 
 def load_model_and_tokenizer(
@@ -423,36 +451,30 @@ def load_model_and_tokenizer(
     """The model (in eval mode, on `device` if given, its weights in `dtype` if given, else as saved) and tokenizer
     of a saved folder or Hub id.
 
-    A local folder is checked before transformers reads it (`check_model_folder`: config, safetensors files,
-    checksums, tensor names, shapes and values; `check_tokenizer_files`); a Hub id after loading
-    (`check_loaded_weights`). Either way the tokenizer must be the model's (`check_tokenizer_matches_model`). Only
+    The folder (for a Hub id, its download, `download_model`) is checked before transformers reads it
+    (`check_model_folder`: config, safetensors files, checksums, tensor names, shapes and values;
+    `check_tokenizer_files`), and the tokenizer must be the model's (`check_tokenizer_matches_model`). Only
     safetensors weights are loaded. A path that exists as a file, or a path-like name that does not exist, is named
     as such rather than looked up on the Hub."""
     path = Path(name_or_path)
     text = str(name_or_path)
     local = path.exists() or path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1 or "\\" in text
-    if local:
+    if not local:
+        path = download_model(text)
+    try:
         check_model_folder(path)
         check_tokenizer_files(path)
-    try:
-        tokenizer = load_tokenizer(name_or_path)
-        # the values are checked here, with this package's messages: by check_model_folder before the load for a
-        # folder, by check_loaded_weights after it for a Hub id; the model's own check would only repeat them
-        model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(
-            text, use_safetensors=True, output_loading_info=True, dtype=dtype, refuse_impossible_weights=False
-        )
-    except OSError as error:
+    except ModelFolderError as error:
         if local:
             raise
-        # transformers' message for a name that is neither a folder here nor a reachable Hub repo ends in advice
-        # about the internet connection; say first what was looked for
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelFolderError(
-            f"{text} is not a folder here, and no Hub model of that id could be loaded ({reason}). Give the path of a "
-            f"saved model folder, or a Hub id (owner/name) with the network reachable or the model in the cache."
-        ) from error
-    if not local:
-        check_loaded_weights(model, loading_info, text)
+            f"The Hub model {text} cannot be loaded; ask its owner to fix the upload, or use another revision:\n{error}"
+        ) from None
+    tokenizer = load_tokenizer(path)
+    # the values were checked above, with this package's messages; the model's own check would only repeat them
+    model = AutoModelForSeq2SeqLM.from_pretrained(
+        path, use_safetensors=True, dtype=dtype, refuse_impossible_weights=False
+    )
     check_tokenizer_matches_model(tokenizer, model.config, text)
     if device is not None:
         model.to(device)
@@ -487,11 +509,8 @@ def _imported_packages(path: Path) -> set[str]:
     return packages
 
 
-def _check_config_and_code(folder: Path) -> list[str]:
-    try:
-        config = check_config_file(folder / "config.json")
-    except ModelFolderError as error:
-        return [str(error)]
+def _check_code(folder: Path, config: dict) -> list[str]:
+    """The code files are there, import nothing a downloader lacks, and define what config.json's auto_map names."""
     problems = []
     for name in CODE_FILES:
         code = folder / name
@@ -520,28 +539,7 @@ def _check_config_and_code(folder: Path) -> list[str]:
     return problems
 
 
-def _check_weights(folder: Path) -> list[str]:
-    """The weights are safetensors files (`weight_files`) that load with config.json. Their values are
-    judged by `_weights_problems`, with the push's own advice."""
-    try:
-        weight_files(folder)
-    except ModelFolderError as error:
-        return [str(error)]
-    try:
-        # impossible values are the push's own problem to name (`_weights_problems`), once
-        _, info = AutoModelForSeq2SeqLM.from_pretrained(
-            folder, output_loading_info=True, refuse_impossible_weights=False
-        )
-    except Exception as error:  # noqa: BLE001  (any failure to load is the problem to report)
-        return [f"model.safetensors does not load with config.json: {type(error).__name__}: {error}"]
-    problems = []
-    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
-        if info.get(kind):
-            problems.append(f"model.safetensors does not match config.json: {kind} {sorted(info[kind])[:5]}")
-    return problems
-
-
-def _check_tokenizer(folder: Path) -> list[str]:
+def _check_tokenizer(folder: Path, config: dict) -> list[str]:
     """The tokenizer files are there, load, and fit the model (`check_tokenizer_fits_model`)."""
     try:
         check_tokenizer_files(folder)
@@ -549,13 +547,14 @@ def _check_tokenizer(folder: Path) -> list[str]:
         return [str(error)]
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        config = AutoConfig.from_pretrained(folder)
     except Exception as error:  # noqa: BLE001
         return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
     try:
-        check_tokenizer_fits_model(tokenizer, config, str(folder))
+        check_tokenizer_fits_model(tokenizer, VanillaTransformerConfig.from_dict(config), str(folder))
     except ModelFolderError as error:
         return [str(error)]
+    except CONFIG_ERRORS:
+        pass  # a config.json that describes no model is named once, by `weights_problems`
     return []
 
 
@@ -636,14 +635,12 @@ def validate_folder(folder: str | Path) -> list[str]:
 
 def _check_contents(folder: Path) -> list[str]:
     """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
-    problems = _check_config_and_code(folder)
     try:
-        check_config_file(folder / "config.json")
-    except ModelFolderError:
-        pass  # reported above; the weights and tokenizer cannot be judged without a config
+        config = check_config_file(folder / "config.json")
+    except ModelFolderError as error:
+        problems = [str(error)]  # the code's auto_map, the weights and the tokenizer cannot be judged without it
     else:
-        problems += _check_weights(folder)
-        problems += _check_tokenizer(folder)
+        problems = _check_code(folder, config) + weights_problems(folder, config) + _check_tokenizer(folder, config)
     if not (folder / "generation_config.json").is_file():
         problems.append(
             "generation_config.json is missing: it carries the paper's decoding; `save_pretrained` writes it."
@@ -656,56 +653,17 @@ def _check_contents(folder: Path) -> list[str]:
     return problems + _check_card(folder)
 
 
-def _impossible_values_problem(name: str, path: Path) -> str | None:
-    """A problem naming the tensors of a safetensors file that hold NaN, ±Inf or absurd values (`bad_values`; None
-    when there are none); the file is read one tensor at a time."""
-    from safetensors import safe_open
-
-    bad = []
-    with safe_open(str(path), framework="pt") as handle:
-        for key in handle.keys():
-            if problem := bad_values(handle.get_tensor(key)):
-                bad.append((key, problem))
-    if not bad:
-        return None
-    key, problem = bad[0]
-    more = f" (and {len(bad) - 1} more tensor(s): {', '.join(k for k, _ in bad[1:4])})" if len(bad) > 1 else ""
-    return (
-        f"{name} holds impossible weights: tensor {key!r} has {problem}{more}; the training diverged (or the file "
-        f"was damaged) and the model would translate to garbage: push a checkpoint saved before the loss became NaN, "
-        f"or train again with a lower learning rate or more warmup."
-    )
-
-
-def _weights_problems(sources: dict[str, Path], folder: Path) -> list[str]:
-    """Weights files that fail their `.sha256` or are not complete safetensors files, or hold NaN/Inf."""
-    problems = []
-    for name in sorted(sources):
-        if not name.endswith(".safetensors"):
-            continue
-        path = folder / name  # beside its own .sha256 (the one that is sent)
-        try:
-            check_safetensors_file(path)
-        except ModelFolderError as error:
-            problems.append(str(error) if name in str(error) else f"{name}: {error}")
-            continue
-        problem = _impossible_values_problem(name, path)
-        if problem:
-            problems.append(problem)
-    return problems
-
-
 __all__ = [
     "ModelFolderError",
     "check_config_file",
     "check_is_folder",
-    "check_loaded_weights",
+    "download_model",
     "check_model_folder",
     "check_safetensors_file",
     "check_tokenizer_files",
     "check_tokenizer_fits_model",
     "check_tokenizer_matches_model",
-    "check_weights",
+    "weights_problems",
     "expected_tensors",
     "find_pickles",
     "load_model_and_tokenizer",
