@@ -9,15 +9,16 @@ exists or the corpus is read, and `check_tokenized` right after tokenizing, befo
 Every process of a distributed run calls both with the same inputs before any collective call, so all of them raise
 the same error and none is left waiting.
 
-The command line refuses a single value out of range earlier still, where it parses the flag (the `type=` checks of
-`vanilla_transformer/commands`); these checks stay for the training functions' own callers and for what only the
-settings together tell. Only what cannot work is refused. `--eval-steps` or `--save-steps` past `--max-steps` still
-validate, and the Trainer still saves, once, at the last update (transformers' `DefaultFlowCallback` evaluates and
-saves at `max_steps`; the loop of `no_trainer.py` validates at its end); `--tokens-per-update` below one batch makes
-updates of one batch; `--warmup-steps` past `--max-steps` ends the run on the rising part of the §5.3 schedule.
+A single number out of its range is refused by the rule its flag applies (`ranges.TRAINING_RANGES`): the command
+line refuses it as it parses the flag, and `check_settings` applies the same rule to the training functions'
+arguments, for callers of the Python API; the other checks here are of what only the settings together tell.
+
+Only what cannot work is refused. `--eval-steps` or `--save-steps` past `--max-steps` still validate, and the Trainer
+still saves, once, at the last update (transformers' `DefaultFlowCallback` evaluates and saves at `max_steps`; the
+loop of `no_trainer.py` validates at its end); `--tokens-per-update` below one batch makes updates of one batch;
+`--warmup-steps` past `--max-steps` ends the run on the rising part of the §5.3 schedule.
 """
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,30 +29,9 @@ from .data.batching import dataset_lengths
 from .data.corpora import BUILTIN
 from .data.tokenized import FilterReport
 from .loading import CONFIG_ERRORS, config_error_message
-from .presets import RunSettings, TrainingPreset, record_run_preset
-from .tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
-
-# the settings that count something, with what they count: a run needs at least one of each
-COUNTS = {
-    "max_steps": "updates in all",
-    "save_steps": "updates between checkpoints",
-    "eval_steps": "updates between validations",
-    "warmup_steps": "warmup updates (the §5.3 rate divides by it)",
-    "average_last": "checkpoints kept for averaging",
-    "max_length": "tokens a side of a pair may have",
-    "max_tokens": "padded tokens per batch",
-    "tokens_per_update": "tokens per update",
-    "per_device_batch_size": "pairs per batch",
-    "gradient_accumulation_steps": "batches per update",
-    "train_samples": "training pairs",
-    "eval_samples": "validation pairs",
-    "eval_beams": "beams",
-    "eval_batch_size": "pairs per validation batch",
-    "log_steps": "updates between log lines",
-}
-# the preset fields among them (the others are options of the training functions)
-PRESET_COUNTS = ("max_steps", "save_steps", "eval_steps", "warmup_steps", "average_last", "max_length", "max_tokens",
-                 "tokens_per_update")  # fmt: skip
+from .presets import PRESET_FLAGS, RunSettings, TrainingPreset, record_run_preset
+from .ranges import TRAINING_RANGES
+from .tokenization import MIN_VOCAB_SIZE
 
 
 class SettingsError(ValueError):
@@ -115,56 +95,35 @@ def check_settings(
             "--fp16: float16 mixed precision needs a CUDA or MPS device, and this machine has neither (on a CPU the "
             "run would train in float32 without saying so); use --bf16 on a CPU, or leave the flag out."
         )
-    counts = {field: getattr(preset, field) for field in PRESET_COUNTS}
-    options = {
+    values = {field: getattr(preset, field) for field in PRESET_FLAGS if field in TRAINING_RANGES}
+    values |= {
         "per_device_batch_size": per_device_batch_size,
         "gradient_accumulation_steps": gradient_accumulation_steps,
         "train_samples": train_samples,
         "eval_samples": eval_samples,
+        "eval_batch_size": eval_batch_size,
+        "eval_beams": eval_beams,
+        "log_steps": log_steps,
+        "max_grad_norm": max_grad_norm,
+        "threads": threads,
     }
-    counts |= {name: value for name, value in options.items() if value is not None}
-    counts |= {"eval_beams": eval_beams, "eval_batch_size": eval_batch_size, "log_steps": log_steps}
     if per_device_batch_size is not None:  # batches of pairs: no token budget applies
-        del counts["max_tokens"]
+        del values["max_tokens"]
     if gradient_accumulation_steps is not None:  # a fixed accumulation: the token target is not used
-        del counts["tokens_per_update"]
-    for name, value in counts.items():
-        if value < 1:
-            leave_out = ", or leave the flag out" if name in options else ""
-            problems.append(f"{flag(name, value)}: the number of {COUNTS[name]} must be at least 1{leave_out}.")
+        del values["tokens_per_update"]
+    # each number in its range, by the rule its command-line flag applies (`ranges.TRAINING_RANGES`)
+    out_of_range = {
+        field: problem
+        for field, value in values.items()
+        if value is not None and (problem := TRAINING_RANGES[field].problem(value))
+    }
+    problems += [f"{flag(field, values[field])} is {problem}." for field, problem in out_of_range.items()]
     if eval_beams > preset.vocab_size >= 1:  # more beams than continuations: the search only repeats itself
         problems.append(
             f"{flag('eval_beams', eval_beams)} is more beams than the vocabulary's {preset.vocab_size} tokens "
             f"(--vocab-size); give --eval-beams {min(4, preset.vocab_size)} (the paper) or at most {preset.vocab_size}."
         )
-    if preset.vocab_size < MIN_VOCAB_SIZE:
-        problems.append(
-            f"{flag('vocab_size', preset.vocab_size)} cannot hold the {len(SPECIAL_TOKENS)} special tokens and 256 "
-            f"byte symbols of the byte-level BPE; give --vocab-size {MIN_VOCAB_SIZE} or more (the paper: 37000 for "
-            f"WMT14 En-De, ~8000 suits Multi30k)."
-        )
-    # each test below is written as `not <valid>`: a NaN, which argparse accepts (`--lr-factor nan`), fails them all
-    if not (math.isfinite(preset.lr_factor) and preset.lr_factor > 0):
-        problems.append(
-            f"{flag('lr_factor', preset.lr_factor)}: the learning rate must be a number above 0 (at 0 nothing is "
-            f"learned, below 0 Adam refuses); --lr-factor 1 is the paper's §5.3 rate."
-        )
-    if not 0 <= preset.label_smoothing <= 1:
-        problems.append(
-            f"{flag('label_smoothing', preset.label_smoothing)}: label smoothing is a probability mass in [0, 1] "
-            f"(the paper: 0.1)."
-        )
-    dropout_ok = preset.dropout is None or 0 <= preset.dropout < 1
-    if not dropout_ok:
-        problems.append(f"{flag('dropout', preset.dropout)}: the dropout rate must lie in [0, 1) (the paper: 0.1).")
-    if not max_grad_norm >= 0:
-        problems.append(
-            f"{flag('max_grad_norm', max_grad_norm)}: clip gradients to a norm above 0, or give 0 for no clipping "
-            f"(the paper's choice); a negative norm would reverse the gradients."
-        )
-    if threads is not None and threads < 0:
-        problems.append(f"{flag('threads', threads)}: give a number of threads of at least 1, or leave the flag out.")
-    if dropout_ok:  # an invalid dropout would fail the model's config as well: one message is enough
+    if "dropout" not in out_of_range:  # an invalid dropout would fail the model's config as well: one message is enough
         problems += _model_problems(preset)
     if Path(output_dir).exists() and not Path(output_dir).is_dir():
         problems.append(f"--output-dir {output_dir} is a file, not a folder: give a new folder, or the run's own.")

@@ -17,14 +17,13 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ..ranges import BEAMS, MAX_NUM_BEAMS, TRAINING_RANGES, Range
+
 # --data-dir of the commands that read Multi30k: None is resolved by vanilla_transformer.data.multi30k.multi30k_dir
 DATA_DIR_HELP = (
     "a folder of {split}.{lang} files and tok/; default: $VANILLA_TRANSFORMER_MULTI30K, else the official Multi30k "
     "files, downloaded once to the cache"
 )
-# the widest beam a command accepts: the paper decodes with 4 (§6.1), and past a few dozen beams BLEU only falls while
-# each step scores batch x beams x vocabulary candidates (9000 beams of an 8k vocabulary run for minutes per sentence)
-MAX_NUM_BEAMS = 1000
 # what transformers.set_seed accepts (numpy's seeds are unsigned 32-bit numbers)
 MAX_SEED = 2**32 - 1
 
@@ -37,11 +36,17 @@ class UsageError(Exception):
 # --- numbers ---------------------------------------------------------------------------------------------------------
 
 
-def _whole_number(text: str, fix: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: {fix}") from None
+def argument_type(rule: Range, name: str) -> Callable[[str], int | float]:
+    """A `type=` refusing what `rule` refuses, in its words."""
+
+    def check(text: str) -> int | float:
+        try:
+            return rule.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    check.__name__ = name
+    return check
 
 
 def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Callable[[str], int]:
@@ -49,15 +54,14 @@ def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Cal
     value refused (default: the range to give)."""
     if not fix:
         fix = f"give {minimum} or more" if maximum is None else f"give a number from {minimum} to {maximum}"
+    high = math.inf if maximum is None else maximum
+    return argument_type(Range(minimum, high, whole=True, fix=fix), f"int_in_range_{minimum}_{maximum}")
 
-    def check(text: str) -> int:
-        value = _whole_number(text, fix)
-        if value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"{value} is out of range: {fix}")
-        return value
 
-    check.__name__ = f"int_in_range_{minimum}_{maximum}"
-    return check
+def training_type(field: str) -> Callable[[str], int | float]:
+    """The `type=` of a numeric training setting: its rule in `ranges.TRAINING_RANGES`, which the training functions
+    apply to their arguments too."""
+    return argument_type(TRAINING_RANGES[field], field)
 
 
 positive_int = int_in_range(1)
@@ -66,46 +70,16 @@ non_negative_int = int_in_range(0)
 non_negative_int.__doc__ = "A `type=` for 0-based indices (layers, heads)."
 optional_count = int_in_range(1, fix="give 1 or more, or leave the flag out")
 optional_count.__doc__ = "`positive_int` for options with a default when left out (threads, batch sizes of pairs)."
-num_beams = int_in_range(1, MAX_NUM_BEAMS, fix=f"give a beam size from 1 (greedy) to {MAX_NUM_BEAMS}; the paper's is 4")
+num_beams = argument_type(BEAMS, "num_beams")
 num_beams.__doc__ = (
     f"A `type=` for beam sizes: 1 (greedy) to {MAX_NUM_BEAMS}; `generate` checks the model's vocabulary."
 )
 seed = int_in_range(0, MAX_SEED)
 seed.__doc__ = f"A `type=` for random seeds: 0 to {MAX_SEED}, what `transformers.set_seed` takes."
-
-
-def float_in_range(low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False,
-                   fix: str) -> Callable[[str], float]:  # fmt: skip
-    """A `type=` for finite numbers between `low` and `high`, each included unless `low_open` / `high_open`;
-    `fix` ends the message of a value refused. `nan` and `inf` are refused."""
-
-    def check(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number: {fix}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number: {fix}")
-        above = value > low if low_open else value >= low
-        below = value < high if high_open else value <= high
-        if not (above and below):
-            raise argparse.ArgumentTypeError(f"{text} is out of range: {fix}")
-        return value
-
-    check.__name__ = f"float_in_range_{low}_{high}"
-    return check
-
-
-finite_float = float_in_range(-math.inf, fix="give a finite number")
+finite_float = argument_type(Range(-math.inf, fix="give a finite number"), "finite_float")
 finite_float.__doc__ = "A `type=` for any finite number (`nan` and `inf` are refused)."
-positive_float = float_in_range(0, low_open=True, fix="give a number above 0")
-positive_float.__doc__ = "A `type=` for finite numbers above 0 (a learning-rate factor)."
-non_negative_float = float_in_range(0, fix="give 0 or more")
-non_negative_float.__doc__ = "A `type=` for finite numbers of at least 0 (a norm where 0 means no clipping, hours)."
-probability = float_in_range(0, 1, fix="give a number from 0 to 1 (the paper: 0.1)")
-probability.__doc__ = "A `type=` for a probability mass in [0, 1] (label smoothing, §5.4)."
-dropout_rate = float_in_range(0, 1, high_open=True, fix="give a number from 0 to below 1 (the paper: 0.1)")
-dropout_rate.__doc__ = "A `type=` for a dropout rate in [0, 1): at 1 nothing would pass (§5.4)."
+non_negative_float = argument_type(Range(0, fix="give 0 or more"), "non_negative_float")
+non_negative_float.__doc__ = "A `type=` for finite numbers of at least 0 (hours, length penalties)."
 
 
 def float_list(text: str) -> list[float]:
@@ -120,18 +94,8 @@ def float_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"{text!r} holds an item that is not a finite number: {fix}") from None
 
 
-def bpe_vocab_size(text: str) -> int:
-    """A `type=` for the joint BPE's vocabulary size: room for its special tokens and 256 byte symbols at least."""
-    from ..tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
-
-    fix = f"give {MIN_VOCAB_SIZE} or more (the paper: 37000 for WMT14 En-De, ~8000 suits Multi30k)"
-    value = _whole_number(text, fix)
-    if value < MIN_VOCAB_SIZE:
-        raise argparse.ArgumentTypeError(
-            f"{value} cannot hold the {len(SPECIAL_TOKENS)} special tokens and 256 byte symbols of the byte-level "
-            f"BPE: {fix}"
-        )
-    return value
+bpe_vocab_size = training_type("vocab_size")
+bpe_vocab_size.__doc__ = "A `type=` for the joint BPE's vocabulary size: room for its special tokens and 256 bytes."
 
 
 def comma_separated_choices(choices: Iterable[str]) -> Callable[[str], str]:
@@ -299,22 +263,6 @@ def repo_id(text: str) -> str:
 
 # --- shared flags ----------------------------------------------------------------------------------------------------
 
-# the type of each numeric TrainingPreset flag (`presets.PRESET_FLAGS`)
-PRESET_TYPES: dict[str, Callable[[str], object]] = {
-    "vocab_size": bpe_vocab_size,
-    "max_tokens": positive_int,
-    "tokens_per_update": positive_int,
-    "warmup_steps": positive_int,
-    "lr_factor": positive_float,
-    "max_steps": positive_int,
-    "save_steps": positive_int,
-    "eval_steps": positive_int,
-    "average_last": positive_int,
-    "label_smoothing": probability,
-    "dropout": dropout_rate,
-    "max_length": positive_int,
-}
-
 
 def add_engine_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
     """`--dtype` and `--engine`, the choices of `translation.load_translator`, for the commands that translate with
@@ -343,7 +291,7 @@ def add_language_arguments(parser: argparse.ArgumentParser, scope: str = "") -> 
 
 def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
     """`--preset` and one flag per `presets.PRESET_FLAGS` field, overriding the preset where given: numbers checked
-    by their `PRESET_TYPES` type, `--lowercase`/`--no-lowercase`, the others text."""
+    by their rule (`training_type`), `--lowercase`/`--no-lowercase`, the others text."""
     from ..presets import PRESET_FLAGS, TRAINING_PRESETS
 
     parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
@@ -352,7 +300,7 @@ def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
         if isinstance(getattr(TRAINING_PRESETS["demo"], field), bool):
             parser.add_argument(flag, help=help_text, action=argparse.BooleanOptionalAction)
         else:
-            parser.add_argument(flag, help=help_text, type=PRESET_TYPES.get(field, str))
+            parser.add_argument(flag, help=help_text, type=training_type(field) if field in TRAINING_RANGES else str)
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -362,19 +310,30 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)
     parser.add_argument(
-        "--per-device-batch-size", type=optional_count, help="batches of this many pairs instead of tokens"
+        "--per-device-batch-size",
+        type=training_type("per_device_batch_size"),
+        help="batches of this many pairs instead of tokens",
     )
     parser.add_argument(
-        "--max-grad-norm", type=non_negative_float, default=0.0, help="clip gradients to this norm (0: never)"
+        "--max-grad-norm",
+        type=training_type("max_grad_norm"),
+        default=0.0,
+        help="clip gradients to this norm (0: never)",
     )
-    parser.add_argument("--eval-beams", type=num_beams, default=1, help="beams for validation BLEU during training")
-    parser.add_argument("--eval-samples", type=optional_count, help="validate on the first N valid pairs only")
+    parser.add_argument(
+        "--eval-beams", type=training_type("eval_beams"), default=1, help="beams for validation BLEU during training"
+    )
+    parser.add_argument(
+        "--eval-samples", type=training_type("eval_samples"), help="validate on the first N valid pairs only"
+    )
     parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument(
         "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
     )
-    parser.add_argument("--threads", type=optional_count, help="CPU threads for torch (default: torch's choice)")
-    parser.add_argument("--log-steps", type=positive_int, default=50)
+    parser.add_argument(
+        "--threads", type=training_type("threads"), help="CPU threads for torch (default: torch's choice)"
+    )
+    parser.add_argument("--log-steps", type=training_type("log_steps"), default=50)
     tokenizer = parser.add_mutually_exclusive_group()
     tokenizer.add_argument(
         "--tokenizer",

@@ -13,20 +13,27 @@ Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state
 
 import argparse
 
-from . import UsageError, add_training_arguments, optional_count, positive_int
+from . import UsageError, add_training_arguments, positive_int, training_type
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--preset`, one flag per preset field, the options both training commands share, and those of the loop."""
     add_training_arguments(parser)
-    parser.add_argument("--gradient-accumulation-steps", type=optional_count, help="instead of --tokens-per-update")
+    parser.add_argument(
+        "--gradient-accumulation-steps",
+        type=training_type("gradient_accumulation_steps"),
+        help="instead of --tokens-per-update",
+    )
     parser.add_argument(
         "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
     )
     parser.add_argument(
-        "--eval-batch-size", type=positive_int, default=64, help="pairs per process and validation batch"
+        "--eval-batch-size",
+        type=training_type("eval_batch_size"),
+        default=64,
+        help="pairs per process and validation batch",
     )
-    parser.add_argument("--train-samples", type=optional_count, help="train on the first N pairs only")
+    parser.add_argument("--train-samples", type=training_type("train_samples"), help="train on the first N pairs only")
     parser.add_argument(
         "--streaming",
         action="store_true",
