@@ -25,7 +25,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
-from .data.batching import dataset_lengths
+from .data.batching import dataset_lengths, longest_pair_problem
 from .data.corpora import BUILTIN
 from .data.tokenized import FilterReport
 from .loading import CONFIG_ERRORS, config_error_message
@@ -214,16 +214,8 @@ def check_tokenized(
             problems.append(f"--corpus {preset.corpus} has no {name} pair with text on both sides in split {split!r}.")
     if token_batches and train_report.kept:
         source_lengths, target_lengths = dataset_lengths(train_set)
-        longest = int((source_lengths + target_lengths).max())
-        if longest > preset.max_tokens:
-            # pairs of at most max_tokens // 2 tokens a side fit a batch of one
-            shorter = (
-                f", or --max-length {preset.max_tokens // 2} to drop longer pairs" if preset.max_tokens > 1 else ""
-            )
-            problems.append(
-                f"{flag('max_tokens', preset.max_tokens)} is smaller than the longest training pair ({longest} "
-                f"source+target tokens), which would fit no batch; give --max-tokens {longest} or more{shorter}."
-            )
+        problem = longest_pair_problem(int((source_lengths + target_lengths).max()), preset.max_tokens)
+        problems += [problem] if problem else []
     _raise(problems)
 
 

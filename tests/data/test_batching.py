@@ -36,7 +36,7 @@ def test_order_depends_only_on_seed_and_epoch():
 
 
 def test_pair_longer_than_budget_is_an_error():
-    with pytest.raises(ValueError, match="smaller than the longest pair"):
+    with pytest.raises(ValueError, match="smaller than the longest training pair"):
         TokenBudgetBatchSampler([10, 50], [10, 60], max_tokens=100)
 
 

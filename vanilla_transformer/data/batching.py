@@ -18,6 +18,18 @@ from ..generation_vanilla_transformer import check_token_ids
 SOURCE_LENGTH, TARGET_LENGTH = "source_length", "target_length"
 
 
+def longest_pair_problem(longest: int, max_tokens: int) -> str | None:
+    """Why a corpus whose longest pair has `longest` source+target tokens fits no batch of `max_tokens` padded
+    tokens (None when it fits). Pairs of at most max_tokens // 2 tokens a side fit a batch of one."""
+    if longest <= max_tokens:
+        return None
+    shorter = f", or --max-length {max_tokens // 2} to drop longer pairs" if max_tokens > 1 else ""
+    return (
+        f"--max-tokens {max_tokens} is smaller than the longest training pair ({longest} source+target tokens), "
+        f"which would fit no batch; give --max-tokens {longest} or more{shorter}."
+    )
+
+
 def length_sorted_batches(
     source_lengths: np.ndarray, target_lengths: np.ndarray, max_tokens: int, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -32,11 +44,9 @@ def length_sorted_batches(
     if source_lengths.shape != target_lengths.shape:
         raise ValueError(f"{len(source_lengths)} source lengths but {len(target_lengths)} target lengths.")
     longest = int((source_lengths.astype(np.int64) + target_lengths).max(initial=0))
-    if longest > max_tokens:
-        raise ValueError(
-            f"max_tokens={max_tokens} is smaller than the longest pair ({longest} source+target tokens); raise "
-            f"--max-tokens or filter long pairs with --max-length."
-        )
+    problem = longest_pair_problem(longest, max_tokens)
+    if problem:
+        raise ValueError(problem)
     # a seeded shuffle, then two stable sorts (radix sorts on 16-bit keys): the same order on every machine
     order = np.random.default_rng(seed).permutation(len(source_lengths)).astype(np.int32)
     key = np.uint32 if longest >= 1 << 16 else np.uint16
