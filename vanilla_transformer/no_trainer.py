@@ -24,7 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.dynamic_module_utils import custom_object_save
 
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
-from .data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps
+from .data.batching import Seq2SeqCollator
 from .data.corpora import corpus_languages
 from .data.streaming import DEFAULT_BUFFER_PAIRS, StreamingTokenBatches
 from .data.tokenized import model_columns
@@ -40,9 +40,9 @@ from .outputs import (
     publish_staged_folder,
     write_text_atomic,
 )
-from .presets import RunSettings, TrainingPreset, record_run_preset
-from .settings_check import check_settings, check_streaming, check_tokenized
-from .training import TOKENIZER_SAMPLE_PAIRS, build_model, check_run_folder, prepare_run_data, run_lock
+from .presets import RunSettings, TrainingPreset
+from .settings_check import check_settings, check_streaming
+from .training import TOKENIZER_SAMPLE_PAIRS, check_run_folder, prepare_run, run_lock
 
 LOG_FILE = "train_log.json"
 # the middle of the fixed hidden name the final model is written under (`save_final_model`)
@@ -272,31 +272,24 @@ def train_no_trainer(
     with run_lock(accelerator.state, output):  # one run at a time in a folder
         if accelerator.is_main_process:
             remove_stale_staging(output)  # checkpoints a killed run left half-written
-        record_run_preset(output, preset, resume, write=accelerator.is_main_process, run=run)
-
-        data = prepare_run_data(
+        prepared = prepare_run(
             accelerator.state,
             preset,
-            source_lang,
-            target_lang,
             output,
-            tokenizer_path,
-            tokenizer_sample_pairs,
+            run,
+            resume=resume,
+            tokenizer_path=tokenizer_path,
+            tokenizer_sample_pairs=tokenizer_sample_pairs,
+            per_device_batch_size=per_device_batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
             train_samples=train_samples,
             eval_samples=eval_samples,
             streaming=streaming,
         )
-        tokenizer = data.tokenizer
-        accelerator.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
-        if not streaming:  # a stream's pairs are checked as they are read
-            check_tokenized(
-                preset, data.train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
-            )
+        data, model, tokenizer = prepared.data, prepared.model, prepared.data.tokenizer
         valid_set = model_columns(data.valid_set)  # the loaders read the token ids alone; the sampler the lengths
-
-        model = build_model(preset, tokenizer)
         collator = Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
-        sampler = stream = None
+        stream = None
         if streaming:
             # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)
             stream = StreamingTokenBatches(
@@ -314,25 +307,18 @@ def train_no_trainer(
                 dataset_config=preset.dataset_config,
             )
             train_loader = DataLoader(stream, batch_size=None, collate_fn=collator)
-            # the real tokens of a batch are known only as the stream is read: sized by its budget
-            tokens_per_batch = preset.max_tokens
-            pairs = "a stream of pairs"
         elif per_device_batch_size:
-            train_set = model_columns(data.train_set)
             # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
-            train_loader = DataLoader(train_set, batch_size=per_device_batch_size, shuffle=True, collate_fn=collator)
-            tokens_per_batch = per_device_batch_size * data.train_tokens() / len(train_set)
+            train_loader = DataLoader(
+                model_columns(data.train_set), batch_size=per_device_batch_size, shuffle=True, collate_fn=collator
+            )
         else:
             # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
             # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
-            sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=seed)
-            train_loader = DataLoader(model_columns(data.train_set), batch_sampler=sampler, collate_fn=collator)
-            tokens_per_batch = sampler.tokens_per_batch()
-        if not streaming:
-            pairs = f"{len(data.train_set)} pairs, {data.train_tokens():,} tokens"
-        accumulation = gradient_accumulation_steps or accumulation_steps(
-            preset.tokens_per_update, tokens_per_batch * accelerator.num_processes
-        )
+            train_loader = DataLoader(
+                model_columns(data.train_set), batch_sampler=prepared.sampler, collate_fn=collator
+            )
+        accumulation = prepared.accumulation
         accelerator.gradient_accumulation_steps = accumulation
         valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
 
@@ -345,8 +331,7 @@ def train_no_trainer(
             train_loader = accelerator.prepare(train_loader)
         batches = "an endless stream of" if streaming else len(train_loader)
         accelerator.print(
-            f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}; "
-            f"{batches} batches per process and epoch on {accelerator.num_processes} process(es); "
+            f"{prepared.summary}; {batches} batches per process and epoch on {accelerator.num_processes} process(es); "
             f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
             f"{preset.warmup_steps}"
         )
@@ -397,8 +382,8 @@ def train_no_trainer(
             # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
             if not streaming:
                 train_loader.set_epoch(epoch)
-            if sampler is not None:
-                sampler.set_epoch(epoch)
+            if prepared.sampler is not None:
+                prepared.sampler.set_epoch(epoch)
             loader = train_loader
             if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
                 loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)

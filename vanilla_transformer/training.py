@@ -219,6 +219,82 @@ def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForCondi
     return VanillaTransformerForConditionalGeneration(config)
 
 
+@dataclass
+class PreparedRun:
+    """What both training paths train from (`prepare_run`)."""
+
+    data: RunData
+    model: VanillaTransformerForConditionalGeneration
+    sampler: TokenBudgetBatchSampler | None  # the token batches (None: batches of pairs, or a stream)
+    tokens_per_batch: float  # real tokens in a process's batch, on average (a stream: its budget)
+    accumulation: int  # batches per process and update
+    summary: str  # the parameters, pairs, tokens and batches, for the run's first lines
+
+
+def prepare_run(
+    state: PartialState,
+    preset: TrainingPreset,
+    output: Path,
+    run: RunSettings,
+    *,
+    resume: bool,
+    tokenizer_path: str | Path | None,
+    tokenizer_sample_pairs: int | None,
+    per_device_batch_size: int | None = None,
+    gradient_accumulation_steps: int | None = None,
+    train_samples: int | None = None,
+    eval_samples: int | None = None,
+    streaming: bool = False,
+) -> PreparedRun:
+    """The run's setup, on every process and under the run's lock (`run_lock`), for both training paths: the record
+    of what it trains with (`record_run_preset`, checked again now that no other run can start in the folder, and
+    written by the main process), the tokenizer and tokenized pairs (`prepare_run_data`), the settings the data
+    refuses (`check_tokenized`; a stream's pairs are checked as they are read), the model, and its batches: token
+    budgets of `preset.max_tokens` (the sampler, built once here), `per_device_batch_size` pairs, or a stream, with
+    `gradient_accumulation_steps` or else the accumulation that reaches `preset.tokens_per_update` counted over all
+    processes."""
+    record_run_preset(output, preset, resume, write=state.is_main_process, run=run)
+    data = prepare_run_data(
+        state,
+        preset,
+        run.source_lang,
+        run.target_lang,
+        output,
+        tokenizer_path,
+        tokenizer_sample_pairs,
+        train_samples=train_samples,
+        eval_samples=eval_samples,
+        streaming=streaming,
+    )
+    state.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
+    if not streaming:
+        check_tokenized(
+            preset, data.train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
+        )
+    model = build_model(preset, data.tokenizer)
+    sampler = None
+    if streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
+        tokens_per_batch, pairs = preset.max_tokens, "a stream of pairs"
+    else:
+        tokens = data.train_tokens()
+        pairs = f"{len(data.train_set)} pairs, {tokens:,} tokens"
+        if per_device_batch_size:
+            tokens_per_batch = per_device_batch_size * tokens / len(data.train_set)
+            pairs += f" in batches of {per_device_batch_size} pairs"
+        else:
+            sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=run.seed)
+            tokens_per_batch = sampler.tokens_per_batch()
+            pairs += (
+                f" in {len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on "
+                f"average, padding {sampler.padding_share():.1%})"
+            )
+    accumulation = gradient_accumulation_steps or accumulation_steps(
+        preset.tokens_per_update, tokens_per_batch * state.num_processes
+    )
+    summary = f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}"
+    return PreparedRun(data, model, sampler, tokens_per_batch, accumulation, summary)
+
+
 def train(
     preset: TrainingPreset,
     output_dir: str | Path,
@@ -298,43 +374,19 @@ def train(
     torch.manual_seed(seed)
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
-    world_size, is_main_process = state.num_processes, state.is_main_process
     with run_lock(state, output):  # one run at a time in a folder
-        record_run_preset(output, preset, resume, write=is_main_process, run=run)
-
-        data = prepare_run_data(
+        prepared = prepare_run(
             state,
             preset,
-            source_lang,
-            target_lang,
             output,
-            tokenizer_path,
-            tokenizer_sample_pairs,
+            run,
+            resume=resume,
+            tokenizer_path=tokenizer_path,
+            tokenizer_sample_pairs=tokenizer_sample_pairs,
+            per_device_batch_size=per_device_batch_size,
             eval_samples=eval_samples,
         )
-        train_set, valid_set, tokenizer = data.train_set, data.valid_set, data.tokenizer
-        print(f"train: {data.train_report}\nvalid: {data.valid_report}")
-        check_tokenized(
-            preset, train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
-        )
-
-        model = build_model(preset, tokenizer)
-        parameters = sum(p.numel() for p in model.parameters())
-        tokens = data.train_tokens()
-        # sized before the Trainer exists, which reads gradient_accumulation_steps when it is built
-        if per_device_batch_size:  # the Trainer's batches of pairs: max_tokens plays no part
-            sampler = None
-            tokens_per_batch = per_device_batch_size * tokens / len(train_set)
-            batches = f"batches of {per_device_batch_size} pairs"
-        else:
-            sampler = TokenBudgetBatchSampler.for_dataset(train_set, preset.max_tokens, seed=seed)
-            tokens_per_batch = sampler.tokens_per_batch()
-            batches = (
-                f"{len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on "
-                f"average, padding {sampler.padding_share():.1%})"
-            )
-        # each of the processes contributes its batches to an update
-        accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * world_size)
+        model, tokenizer, accumulation = prepared.model, prepared.data.tokenizer, prepared.accumulation
         args = Seq2SeqTrainingArguments(
             output_dir=str(output),
             report_to=[report_to] if report_to != "none" else [],
@@ -372,8 +424,8 @@ def train(
         trainer = VanillaTransformerTrainer(
             model=model,
             args=args,
-            train_dataset=train_set,  # the length columns feed the sampler; the Trainer's loaders drop them
-            eval_dataset=valid_set,
+            train_dataset=prepared.data.train_set,  # the length columns feed the sampler; the loaders drop them
+            eval_dataset=prepared.data.valid_set,
             data_collator=Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=-100),
             processing_class=tokenizer,
             compute_metrics=compute_metrics_for_trainer(tokenizer, target_lang),
@@ -381,13 +433,13 @@ def train(
             max_tokens=None if per_device_batch_size else preset.max_tokens,
             warmup_steps=preset.warmup_steps,
             batching_seed=seed,
-            batch_sampler=sampler,  # the one sized above
+            batch_sampler=prepared.sampler,  # the one the accumulation was sized with
         )
         check_trainer_fsdp(trainer.accelerator)  # before training: checkpoints that resume and average
         shard_tied_embeddings(trainer.accelerator, model)  # FSDP2 only
-        print(
-            f"{parameters:,} parameters; {len(train_set)} pairs, {tokens:,} tokens in {batches}; {accumulation} "
-            f"batch(es) per update; peak learning rate {args.learning_rate:.2e} at step {preset.warmup_steps}"
+        state.print(
+            f"{prepared.summary}; {accumulation} batch(es) per process and update; peak learning rate "
+            f"{args.learning_rate:.2e} at step {preset.warmup_steps}"
         )
 
         # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
