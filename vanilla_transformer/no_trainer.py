@@ -154,9 +154,10 @@ def stream_state_name(accelerator: Accelerator) -> str:
 def save_final_model(
     accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, command: str = "train-no-trainer"
 ) -> None:
-    """Weights through `accelerator.save_model` (it gathers them from FSDP shards; safetensors, the tied matrix
-    once), with `save_model_files` beside them: a folder for `from_pretrained`. It is written under a hidden name
-    beside `folder` and replaces it whole (`outputs.publish_staged_folder`) only when complete."""
+    """The model's `save_pretrained` (config, generation config, the code files and weights, the tied matrix once)
+    of the weights `accelerator.get_state_dict` gathers from every process (FSDP's shards), and the tokenizer: a
+    folder for `from_pretrained`. It is written under a hidden name beside `folder` and replaces it whole
+    (`outputs.publish_staged_folder`) only when complete."""
     # one name every process knows (save_model gathers from all of them), not a random one
     staging = folder.with_name(f".{folder.name}-{FINAL_STAGING}{STAGED_SUFFIX}")
     if accelerator.is_main_process:
@@ -164,12 +165,14 @@ def save_final_model(
     accelerator.wait_for_everyone()
     try:
         state_dict = accelerator.get_state_dict(model)  # every process: FSDP gathers the shards
-        # a tied matrix once, as save_pretrained writes it (FSDP gathers each of its names as a tensor of its own)
-        for alias in accelerator.unwrap_model(model).all_tied_weights_keys:
-            state_dict.pop(alias, None)
-        accelerator.save(state_dict, staging / "model.safetensors", safe_serialization=True)
         if accelerator.is_main_process:
-            save_model_files(accelerator.unwrap_model(model), tokenizer, staging)
+            unwrapped = accelerator.unwrap_model(model)
+            # FSDP gathers each name of a tied matrix as a tensor of its own, and save_pretrained would then keep
+            # lm_head.weight: keep model.shared.weight, the name a one-process save_pretrained keeps
+            for alias in unwrapped.all_tied_weights_keys:
+                state_dict.pop(alias, None)
+            unwrapped.save_pretrained(staging, state_dict=state_dict)
+            tokenizer.save_pretrained(staging)
             # the run's own final/: replaced whatever it held
             publish_staged_folder(staging, folder, "model", command, overwrite=True)
     finally:
