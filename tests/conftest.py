@@ -24,11 +24,9 @@ atexit.register(shutil.rmtree, _HF_HOME, True)
 atexit.register(HUB.stop)
 # scripts/run.sh runs the suite with HF_HUB_OFFLINE=1 so that no test reaches the internet. Hub tests need the client
 # online, and it is safe to turn it on: HF_ENDPOINT sends every request of the client to the server above on
-# 127.0.0.1. `datasets` and `evaluate` keep the offline mode they were given (they have their own variables, and
-# would otherwise look up dataset and metric scripts on that server).
-_offline = os.environ.get("HF_HUB_OFFLINE", "0")
-os.environ.setdefault("HF_DATASETS_OFFLINE", _offline)
-os.environ.setdefault("HF_EVALUATE_OFFLINE", _offline)
+# 127.0.0.1. `datasets` keeps the offline mode it was given (it has its own variable, and would otherwise look up
+# datasets on that server).
+os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
 os.environ.update(
     HF_ENDPOINT=HUB.url,
     HF_TOKEN=HUB_TOKEN,

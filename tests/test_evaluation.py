@@ -1,4 +1,4 @@
-"""Tests of `vanilla_transformer.evaluation`, its local `evaluate` metric modules and `scripts/evaluate_bleu.py`."""
+"""Tests of `vanilla_transformer.evaluation` and `scripts/evaluate_bleu.py`."""
 
 import json
 import os
@@ -15,9 +15,10 @@ from transformers import EvalPrediction, PreTrainedTokenizerFast
 
 from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.evaluation import (
+    bleu_score,
+    chrf_score,
     compute_metrics_for_trainer,
     evaluate_model_on_split,
-    load_metric,
     moses_tokenize,
     score_files,
     score_translations,
@@ -32,16 +33,14 @@ REFERENCES = [
     "Eine Frau liest eine Zeitung.",
 ]
 
-# The examples in the docstrings of the Hub's evaluate-metric/sacrebleu and evaluate-metric/chrf, with their outputs.
-HUB_BLEU_PREDICTIONS = ["hello there general kenobi", "on our way to ankh morpork"]
-HUB_BLEU_REFERENCES = [["hello there general kenobi", "hello there !"], ["goodbye ankh morpork", "ankh morpork"]]
+# The example in the docstring of the Hub's evaluate-metric/chrf (one reference each), whose outputs it documents.
 HUB_CHRF_PREDICTIONS = [
     "The relationship between cats and dogs is not exactly friendly.",
     "a good bookshop is just a genteel black hole that knows how to read.",
 ]
 HUB_CHRF_REFERENCES = [
-    ["The relationship between dogs and cats is not exactly friendly."],
-    ["A good bookshop is just a genteel Black Hole that knows how to read."],
+    "The relationship between dogs and cats is not exactly friendly.",
+    "A good bookshop is just a genteel Black Hole that knows how to read.",
 ]
 
 
@@ -88,54 +87,19 @@ def test_bleu_and_chrf_are_sacrebleus():
     assert "tokenized_bleu" not in scores
 
 
-def test_local_metric_modules_load_offline_and_match_sacrebleu(tmp_path):
-    program = f"""
-import json
-from vanilla_transformer.evaluation import load_metric
-bleu, chrf = load_metric("sacrebleu"), load_metric("chrf")
-print(json.dumps({{
-    "names": [bleu.name, chrf.name],
-    "bleu": bleu.compute(predictions={HUB_BLEU_PREDICTIONS!r}, references={HUB_BLEU_REFERENCES!r}),
-    "bleu_plain_references": bleu.compute(predictions={HYPOTHESES!r}, references={REFERENCES!r}, tokenize="none"),
-    "chrf": chrf.compute(predictions={HUB_CHRF_PREDICTIONS!r}, references={HUB_CHRF_REFERENCES!r}),
-    "chrf++": chrf.compute(predictions={HUB_CHRF_PREDICTIONS!r}, references={HUB_CHRF_REFERENCES!r}, word_order=2),
-}}))
-"""
-    completed = subprocess.run(
-        [sys.executable, "-c", program], env=offline_environment(tmp_path), capture_output=True, text=True, timeout=120
-    )
-    assert completed.returncode == 0, completed.stderr
-    results = json.loads(completed.stdout)
-    # Loaded through evaluate's own module cache, i.e. by evaluate.load and not by a plain import.
-    assert list((tmp_path / "hf_home/modules/evaluate_modules/metrics").glob("*/*/sacrebleu.py"))
-    assert results["names"] == ["sacrebleu", "chr_f"]
-
-    hub_streams = [list(stream) for stream in zip(*HUB_BLEU_REFERENCES, strict=True)]
-    expected = sacrebleu.corpus_bleu(HUB_BLEU_PREDICTIONS, hub_streams)
-    bleu = results["bleu"]
-    assert (bleu["score"], bleu["counts"], bleu["totals"]) == (expected.score, expected.counts, expected.totals)
-    assert (bleu["bp"], bleu["sys_len"], bleu["ref_len"]) == (expected.bp, expected.sys_len, expected.ref_len)
-    assert bleu["precisions"] == pytest.approx(expected.precisions)
-    assert round(bleu["score"], 1) == 39.8  # the Hub module's documented output
-    assert bleu["signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|")
-
-    plain = results["bleu_plain_references"]
-    assert plain["score"] == sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], tokenize="none").score
-    assert "|tok:none|" in plain["signature"]
-
-    assert results["chrf"]["score"] == pytest.approx(84.64214891738334, abs=1e-9)  # the Hub module's documented output
-    assert (
-        results["chrf"]["score"]
-        == sacrebleu.corpus_chrf(HUB_CHRF_PREDICTIONS, [[r[0] for r in HUB_CHRF_REFERENCES]]).score
-    )
-    assert results["chrf++"]["score"] == pytest.approx(82.87263732906315, abs=1e-9)
-    assert (results["chrf++"]["char_order"], results["chrf++"]["word_order"], results["chrf++"]["beta"]) == (6, 2, 2)
-    assert "|nc:6|nw:2|" in results["chrf++"]["signature"]
-
-
-def test_load_metric_rejects_unknown_names():
-    with pytest.raises(ValueError, match="'bleu'.*sacrebleu, chrf"):
-        load_metric("bleu")
+def test_scores_have_the_keys_and_values_of_the_hub_metrics():
+    """bleu_score and chrf_score return what evaluate's Hub modules evaluate-metric/sacrebleu and evaluate-metric/chrf
+    return (their documented examples), plus the signature."""
+    bleu = bleu_score(HYPOTHESES, REFERENCES)
+    assert set(bleu) == {"score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len", "signature"}
+    chrf = chrf_score(HUB_CHRF_PREDICTIONS, HUB_CHRF_REFERENCES)
+    assert set(chrf) == {"score", "char_order", "word_order", "beta", "signature"}
+    assert chrf["score"] == pytest.approx(84.64214891738334, abs=1e-9)
+    chrf_plus_plus = chrf_score(HUB_CHRF_PREDICTIONS, HUB_CHRF_REFERENCES, word_order=2)
+    assert chrf_plus_plus["score"] == pytest.approx(82.87263732906315, abs=1e-9)
+    assert (chrf_plus_plus["char_order"], chrf_plus_plus["word_order"], chrf_plus_plus["beta"]) == (6, 2, 2)
+    assert "|nc:6|nw:2|" in chrf_plus_plus["signature"]
+    assert "|tok:none|" in bleu_score(HYPOTHESES, REFERENCES, tokenize="none")["signature"]
 
 
 @pytest.mark.parametrize(

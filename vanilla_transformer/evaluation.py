@@ -9,38 +9,45 @@
    (`moses_tokenize`) and are scored on whitespace tokens without smoothing, which is what `multi-bleu.perl`
    computes. This is the number of the Multi30k literature; it is not comparable with sacreBLEU.
 
-The `evaluate` metrics `sacrebleu` and `chrf` come from local modules in `metrics/` (`load_metric`), because
-`evaluate.load("sacrebleu")` downloads its script from the Hub and fails offline.
+Both are sacreBLEU's own `BLEU` and `CHRF` (`bleu_score`, `chrf_score`), returned with the keys of the Hub's
+`evaluate-metric/sacrebleu` and `evaluate-metric/chrf` and with sacreBLEU's signature.
 """
 
 from collections.abc import Callable
 from pathlib import Path
 
-import evaluate
 import numpy as np
 import sacremoses
+from sacrebleu.metrics import BLEU, CHRF
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 from .data.corpora import load_corpus, sides
 from .data.multi30k import multi30k_dir
 from .data.text import read_lines, write_lines
 
-METRICS_DIR = Path(__file__).resolve().parent / "metrics"
-LOCAL_METRICS = ("sacrebleu", "chrf")
 # Labels and, when the Trainer pads predictions of different lengths to one array, predictions hold this value
 # where there is no token (transformers' `Seq2SeqTrainer`, `DataCollatorForSeq2Seq(label_pad_token_id=-100)`).
 IGNORED_LABEL_ID = -100
 
 
-def load_metric(name: str) -> evaluate.EvaluationModule:
-    """The local `evaluate` module `metrics/{name}.py` (`"sacrebleu"` or `"chrf"`), with the inputs and outputs of the
-    Hub's `evaluate-metric/{name}` plus a `signature`. Loaded by path, so it needs no network (`HF_HUB_OFFLINE=1`).
-    """
-    if name not in LOCAL_METRICS:
-        raise ValueError(f"no local metric named {name!r}; the local metrics are {', '.join(LOCAL_METRICS)}.")
-    # keep_in_memory: scores are computed in one process, so evaluate's on-disk Arrow cache and its file locks (which
-    # two jobs sharing ~/.cache would contend for) buy nothing.
-    return evaluate.load(str(METRICS_DIR / f"{name}.py"), keep_in_memory=True)
+def bleu_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
+    """sacreBLEU's corpus BLEU (`sacrebleu.metrics.BLEU(**options)`) of `hypotheses` against one reference each, with
+    the keys of the Hub's `evaluate-metric/sacrebleu` (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`,
+    `ref_len`) and the `signature` that makes the score reproducible."""
+    bleu = BLEU(**options)
+    score = bleu.corpus_score(hypotheses, [references])
+    keys = ("score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len")
+    return {key: getattr(score, key) for key in keys} | {"signature": bleu.get_signature().format()}
+
+
+def chrf_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
+    """sacreBLEU's chrF (`sacrebleu.metrics.CHRF(**options)`; character 6-grams, β=2) against one reference each,
+    with the keys of the Hub's `evaluate-metric/chrf` (`score`, `char_order`, `word_order`, `beta`) and the
+    `signature`."""
+    chrf = CHRF(**options)
+    score = chrf.corpus_score(hypotheses, [references])
+    keys = ("score", "char_order", "word_order", "beta")
+    return {key: getattr(score, key) for key in keys} | {"signature": chrf.get_signature().format()}
 
 
 def moses_tokenize(lines: list[str], lang: str) -> list[str]:
@@ -77,8 +84,6 @@ def sacrebleu_options(lang: str, bleu_tokenize: str | None = None) -> dict:
     """The sacreBLEU options that score text in `lang`: its target language, from which sacreBLEU picks the tokenizer
     its command line picks (to `13a` a sentence of Chinese, Japanese or Korean is one token, and BLEU 0), unless
     `bleu_tokenize` names one. An unknown tokenizer, or one whose package is missing, is refused by name."""
-    from sacrebleu.metrics import BLEU
-
     try:
         BLEU(trg_lang=lang, tokenize=bleu_tokenize)  # builds the tokenizer it picks
     except KeyError:
@@ -118,22 +123,15 @@ def score_translations(
       multi-bleu.perl does. Same keys as `bleu`, plus `preprocessing` naming what was done to the hypotheses.
     """
     _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
-    bleu, chrf = load_metric("sacrebleu"), load_metric("chrf")
     scores = {
         "num_sentences": len(hypotheses),
-        "bleu": bleu.compute(
-            predictions=hypotheses, references=references, lowercase=lowercase, **sacrebleu_options(lang, bleu_tokenize)
-        ),
-        "chrf": chrf.compute(predictions=hypotheses, references=references, lowercase=lowercase),
+        "bleu": bleu_score(hypotheses, references, lowercase=lowercase, **sacrebleu_options(lang, bleu_tokenize)),
+        "chrf": chrf_score(hypotheses, references, lowercase=lowercase),
     }
     if tokenized_references is not None:
         tokenized_hypotheses = moses_tokenize(hypotheses, lang)
-        multi_bleu = bleu.compute(
-            predictions=tokenized_hypotheses,
-            references=tokenized_references,
-            tokenize="none",
-            smooth_method="none",
-            force=True,
+        multi_bleu = bleu_score(
+            tokenized_hypotheses, tokenized_references, tokenize="none", smooth_method="none", force=True
         )
         scores["tokenized_bleu"] = multi_bleu | {
             "preprocessing": (
@@ -151,13 +149,9 @@ def compute_metrics_for_trainer(
     `target_lang`, `sacrebleu_options`) and chrF of the generated translations against the decoded labels, and the
     mean generated length in tokens (`gen_len`, counting every non-pad token, as transformers'
     `examples/pytorch/translation/run_translation.py` does).
-
-    Scores come from the local `evaluate` modules (`load_metric`), loaded once here rather than at every evaluation.
     """
     if tokenizer.pad_token_id is None:
         raise ValueError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
-    bleu_metric = load_metric("sacrebleu")
-    chrf_metric = load_metric("chrf")
     bleu_options = sacrebleu_options(target_lang, bleu_tokenize)
     pad_token_id = tokenizer.pad_token_id
 
@@ -169,10 +163,10 @@ def compute_metrics_for_trainer(
         predictions = np.where(predictions != IGNORED_LABEL_ID, predictions, pad_token_id)
         labels = np.where(eval_prediction.label_ids != IGNORED_LABEL_ID, eval_prediction.label_ids, pad_token_id)
         hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-        references = [[text.strip()] for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         return {
-            "bleu": bleu_metric.compute(predictions=hypotheses, references=references, **bleu_options)["score"],
-            "chrf": chrf_metric.compute(predictions=hypotheses, references=references)["score"],
+            "bleu": bleu_score(hypotheses, references, **bleu_options)["score"],
+            "chrf": chrf_score(hypotheses, references)["score"],
             "gen_len": float(np.mean(np.count_nonzero(predictions != pad_token_id, axis=1))),
         }
 

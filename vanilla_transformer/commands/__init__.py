@@ -2,7 +2,7 @@
 
 A command module's docstring is its help (the first line: its summary in the command list), `add_arguments(parser)`
 declares its flags, and `run(args)` does the work: arguments that do not go together raise `UsageError`, and an
-expected failure ends with `sys.exit("error: ...")`. Each module imports what does the work (datasets, evaluate,
+expected failure ends with `sys.exit("error: ...")`. Each module imports what does the work (datasets, sacrebleu,
 matplotlib, the trainer) inside `run`, so that `--help` stays quick.
 
 Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a batch of 0
