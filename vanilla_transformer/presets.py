@@ -161,7 +161,7 @@ def get_training_preset(name: str, **overrides) -> TrainingPreset:
 
 
 # TrainingPreset fields set by a flag of the same name, with its help (`commands.add_typed_preset_arguments` adds the
-# flags, each typed by `commands.PRESET_TYPES`)
+# flags, each numeric one checked by its rule in `ranges.TRAINING_RANGES`)
 PRESET_FLAGS: dict[str, str] = {
     "corpus": "'multi30k' (downloaded once), 'builtin', a folder of {split}.{lang} files, or a datasets name",
     "dataset_config": "the datasets config, e.g. de-en for wmt14",

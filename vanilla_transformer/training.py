@@ -226,7 +226,6 @@ class PreparedRun:
     data: RunData
     model: VanillaTransformerForConditionalGeneration
     sampler: TokenBudgetBatchSampler | None  # the token batches (None: batches of pairs, or a stream)
-    tokens_per_batch: float  # real tokens in a process's batch, on average (a stream: its budget)
     accumulation: int  # batches per process and update
     summary: str  # the parameters, pairs, tokens and batches, for the run's first lines
 
@@ -292,7 +291,7 @@ def prepare_run(
         preset.tokens_per_update, tokens_per_batch * state.num_processes
     )
     summary = f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}"
-    return PreparedRun(data, model, sampler, tokens_per_batch, accumulation, summary)
+    return PreparedRun(data, model, sampler, accumulation, summary)
 
 
 def train(

@@ -94,10 +94,6 @@ def float_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"{text!r} holds an item that is not a finite number: {fix}") from None
 
 
-bpe_vocab_size = training_type("vocab_size")
-bpe_vocab_size.__doc__ = "A `type=` for the joint BPE's vocabulary size: room for its special tokens and 256 bytes."
-
-
 def comma_separated_choices(choices: Iterable[str]) -> Callable[[str], str]:
     """A `type=` for a comma-separated subset of `choices`; the text itself is kept, for `run` to split."""
     choices = tuple(choices)

@@ -8,7 +8,7 @@ decode(encode(x)) != x and shows ten.
 
 import argparse
 
-from . import bpe_vocab_size, output_dir
+from . import output_dir, training_type
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
     parser.add_argument(
-        "--vocab-size", type=bpe_vocab_size, default=8000, help="~8000 for Multi30k, 37000 for WMT14 (paper)"
+        "--vocab-size",
+        type=training_type("vocab_size"),
+        default=8000,
+        help="~8000 for Multi30k, 37000 for WMT14 (paper)",
     )
     parser.add_argument("--lowercase", action="store_true", help="lowercase every text (the Multi30k literature)")
     parser.add_argument("--output-dir", required=True, type=output_dir)
