@@ -42,6 +42,20 @@ import vanilla_transformer  # noqa: E402, F401  (registers the Auto classes)
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.data.multi30k import Multi30kUnavailable, multi30k_dir  # noqa: E402
 
+# transformers' convention: the tests that spawn processes or train are marked slow and run only with RUN_SLOW=1
+# (`.ci/run` runs them); the README's test command runs the rest in a few minutes.
+RUN_SLOW = os.environ.get("RUN_SLOW", "0").lower() in ("1", "true", "yes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if RUN_SLOW:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 # pytest -n 2 runs two workers on two cores: more threads per worker only make them wait for each other
 torch.set_num_threads(1)
 

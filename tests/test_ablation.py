@@ -27,6 +27,9 @@ from vanilla_transformer.ablation import (
 )
 from vanilla_transformer.presets import get_training_preset
 
+# processes or training runs: with RUN_SLOW=1 (CI)
+pytestmark = pytest.mark.slow
+
 
 def changes(rows: list[AblationRow]) -> dict[str, dict]:
     return {row.name: dict(row.changes) for row in rows}

@@ -5,9 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from vanilla_transformer import benchmark
+
+# processes or training runs: with RUN_SLOW=1 (CI)
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}

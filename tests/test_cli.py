@@ -131,6 +131,7 @@ def test_evaluate_without_multi30k_offline_says_how_to_get_it(model_folder, tmp_
     assert not list((tmp_path / "cache").rglob("*.de"))
 
 
+@pytest.mark.slow
 def test_python_m_translates_stdin_as_the_library_does(model_folder):
     sources = [pair["en"] for pair in load_builtin("test")["translation"][:4]]
     lines = [sources[0], "", *sources[1:]]
@@ -196,6 +197,7 @@ def run_installed(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_the_wheel_installed_elsewhere_runs_and_renders_cards(installed, model_folder, tmp_path):
     bin_dir = installed
     elsewhere = tmp_path / "elsewhere"  # no vanilla_transformer/ and no model_cards/ here or above

@@ -126,6 +126,7 @@ def test_the_float32_export_decodes_as_ours(overrides, builtin_tokenizer, tmp_pa
                                    rtol=0, atol=1e-4)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_an_int8_export_of_the_release_keeps_its_bleu_and_float32_keeps_its_translations(tmp_path):
     test = load_builtin("test")["translation"]
     sources, references = [p["en"] for p in test], [p["de"] for p in test]
@@ -195,6 +196,7 @@ def test_what_cannot_be_exported_or_decoded_is_named(builtin_tokenizer, tmp_path
         load_translator(str(tmp_path / "export"), "ctranslate2", "mps")
 
 
+@pytest.mark.slow
 def test_the_commands_export_and_translate(builtin_tokenizer, tmp_path):
     peaked_model(builtin_tokenizer).save_pretrained(tmp_path / "model")
     builtin_tokenizer.save_pretrained(tmp_path / "model")

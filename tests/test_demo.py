@@ -1,6 +1,11 @@
 import json
 
+import pytest
+
 from vanilla_transformer.commands.demo import run_demo
+
+# processes or training runs: with RUN_SLOW=1 (CI)
+pytestmark = pytest.mark.slow
 
 
 def test_main_job_trains_scores_and_saves_a_remote_code_folder(tmp_path, capsys):

@@ -216,6 +216,7 @@ def test_compute_metrics_for_trainer_decodes_ids_and_ignores_minus_100():
     assert compute_metrics(EvalPrediction(predictions=(predictions,), label_ids=labels)) == metrics
 
 
+@pytest.mark.slow
 def test_script_scores_a_hypotheses_file(multi30k, tmp_path):
     references = read_lines(multi30k / "test2016.de")[:40]
     tokenized_references = read_lines(multi30k / "tok" / "test2016.lc.norm.tok.de")[:40]

@@ -24,6 +24,9 @@ from vanilla_transformer.presets import get_training_preset
 from vanilla_transformer.training import train
 from vanilla_transformer.translation import translate
 
+# processes or training runs: with RUN_SLOW=1 (CI)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A child process that runs scripts/train.py. With KILL_WHILE_SAVING_STEP=N it dies by SIGKILL half way through

@@ -320,6 +320,7 @@ def test_the_command_line_refuses_flags_before_any_work(tmp_path):
     assert_one_line_error(done, "argument --input: sentences is a folder, not a file")
 
 
+@pytest.mark.slow
 def test_the_command_line_and_scripts_end_a_user_error_in_one_line_or_debug_it(tmp_path):
     (tmp_path / "run").mkdir()  # a run folder without checkpoints
     argv = ["--run-dir", "run", "--output-dir", "averaged", "--last", "2"]

@@ -42,6 +42,9 @@ from vanilla_transformer.fsdp import check_trainer_fsdp, tied_modules
 from vanilla_transformer.loading import CODE_FILES
 from vanilla_transformer.settings_check import SettingsError
 
+# processes or training runs: with RUN_SLOW=1 (CI)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SAVED, STEPS = 3, 6  # the checkpoint the FSDP run is killed after, and the updates in all
 TRAIN_PAIRS = 40  # 5 updates of 8 pairs an epoch: the run crosses an epoch, and resumes in the middle of one

@@ -98,6 +98,7 @@ def test_scores_reconstruct_the_sequence_scores():
 
 
 @pytest.mark.parametrize("num_beams", [1, 4], ids=["greedy", "paper-beam-search"])
+@pytest.mark.slow
 def test_compiled_static_cache_decoding_matches_eager_and_compiles_once(num_beams):
     """Greedy search (transformers' loop) and the paper's beam search with `cache_implementation="static"` and
     `CompileConfig(fullgraph=True, dynamic=False)`: the tokens of eager decoding, and no new graph for a shorter

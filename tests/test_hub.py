@@ -233,6 +233,7 @@ def versions(run, tmp_path_factory) -> SimpleNamespace:
     )
 
 
+@pytest.mark.slow
 def test_push_script_publishes_the_folder_with_a_card_from_the_run(run, script_push, api):
     assert f"pushed {run.final} to {script_push.repo_id}" in script_push.completed.stdout
     # the missing card was rendered from the run's records: its dataset, languages, and last evaluation
@@ -301,6 +302,7 @@ def test_versions_branches_and_pull_requests_are_separate_revisions(versions, ap
     assert push_folder(versions.new, versions.repo_id).oid == versions.second.oid
 
 
+@pytest.mark.slow
 def test_every_pushed_repo_loads_by_repo_id_without_the_package(run, script_push, model_api_push, versions):
     """One clean process (no `vanilla_transformer`, an empty cache) downloads each repo and revision by id over
     HTTP and must translate exactly as the local folder it came from."""
@@ -406,6 +408,7 @@ def test_large_weights_go_through_git_lfs(builtin_tokenizer, api, tmp_path):
     assert hashlib.sha256(Path(downloaded).read_bytes()).hexdigest() == sha256
 
 
+@pytest.mark.slow
 def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_warning(tmp_path):
     repo_id = f"{HUB_USER}/vanilla-transformer-multi30k-en-de"
     push_folder(RELEASE, repo_id)
@@ -429,6 +432,7 @@ def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_war
     assert translation.startswith("Ein Hund")
 
 
+@pytest.mark.slow
 def test_the_en_zh_release_loads_by_repo_id_and_translates_as_the_folder(tmp_path):
     """The English→Chinese release goes through the same round trip as the first: pushed over HTTP, downloaded by
     repo id into an empty cache by a process without `vanilla_transformer`, and decoded there as here."""

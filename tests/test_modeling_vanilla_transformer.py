@@ -306,6 +306,7 @@ def test_eager_and_sdpa_agree(batch):
     assert error < 1e-5, error
 
 
+@pytest.mark.slow
 def test_flex_attention_agrees_with_eager(batch):
     flex = tiny_model()
     flex.set_attn_implementation("flex_attention")
@@ -867,6 +868,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_compiled_training_compiles_twice_for_every_batch_shape_token_batching_makes(builtin_tokenizer, fresh_dynamo):
     """Token batches vary in size and length: compiled, the model is traced once for the first shape and once with
     dynamic sizes after the second (torch's automatic dynamic shapes), then never again, and never breaks its graph
@@ -894,6 +896,7 @@ def test_compiled_training_compiles_twice_for_every_batch_shape_token_batching_m
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.slow
 def test_compiled_decoding_stops_recompiling_after_the_second_batch_shape(num_beams, fresh_dynamo):
     from torch._dynamo.testing import CompileCounter
 

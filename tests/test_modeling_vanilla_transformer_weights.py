@@ -125,6 +125,7 @@ def test_the_check_reads_every_float_type_and_skips_what_is_not_loaded(dtype):
         check_weight_values(VanillaTransformerForConditionalGeneration(tiny_config()), "meta")
 
 
+@pytest.mark.slow
 def test_the_hub_path_without_this_package_refuses_them_too(folder):
     """As a Hub user loads it: `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)` in a process
     that cannot import vanilla_transformer, so that the check can only come from the remote code in the folder."""

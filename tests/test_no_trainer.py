@@ -68,6 +68,7 @@ def test_streaming_without_a_tokenizer_or_with_batches_of_pairs_is_refused(strea
         assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_stream_buffer_pairs_without_streaming_is_a_usage_error(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "vanilla_transformer", "train-no-trainer", "--preset", "demo", "--output-dir",

@@ -81,6 +81,7 @@ def test_training_refuses_to_mix_two_runs_in_one_folder(train_function, tmp_path
 
 
 @pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
+@pytest.mark.slow
 def test_both_training_scripts_take_a_flag_for_each_preset_flag_field(script):
     usage = subprocess.run(
         [sys.executable, f"scripts/{script}", "--help"], cwd=REPO, capture_output=True, text=True, check=True
@@ -431,6 +432,7 @@ def tsv_run(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_run_on_a_tsv_file_records_the_direction_its_name_gives_and_refuses_it_swapped(tsv_run):
     record = json.loads((tsv_run / "RUN" / "preset.json").read_text())
     corpus = (tsv_run / TSV_CORPUS).resolve()

@@ -243,6 +243,7 @@ def test_a_run_recorded_with_the_path_of_the_multi30k_files_trained_the_multi30k
     assert f"--corpus {other}" in train_command(run, "out")
 
 
+@pytest.mark.slow
 def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(multi30k, tmp_path):
     from transformers import GenerationConfig
 

@@ -9,7 +9,11 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+# processes or training runs: with RUN_SLOW=1 (CI)
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"
