@@ -1,9 +1,9 @@
 """`python scripts/export_ctranslate2.py` (a source checkout) = `vanilla-transformer export-ctranslate2`, same flags.
 
-The command is vanilla_transformer/commands/export_ctranslate2.py; `--help` lists its flags.
+The command is vanilla_transformer/cli/export_ctranslate2.py; `--help` lists its flags.
 """
 
-from vanilla_transformer.cli import run_script
+from vanilla_transformer.cli.main import run_script
 
 
 def main(argv: list[str] | None = None) -> None:

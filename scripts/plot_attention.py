@@ -1,9 +1,9 @@
 """`python scripts/plot_attention.py` (a source checkout) = `vanilla-transformer plot-attention`: the same flags.
 
-The command is vanilla_transformer/commands/plot_attention.py; `--help` lists its flags.
+The command is vanilla_transformer/cli/plot_attention.py; `--help` lists its flags.
 """
 
-from vanilla_transformer.cli import run_script
+from vanilla_transformer.cli.main import run_script
 
 
 def main(argv: list[str] | None = None) -> None:

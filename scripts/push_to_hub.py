@@ -1,9 +1,9 @@
 """`python scripts/push_to_hub.py` (a source checkout) = `vanilla-transformer push`: the same flags.
 
-The command is vanilla_transformer/commands/push.py; `--help` lists its flags.
+The command is vanilla_transformer/cli/push.py; `--help` lists its flags.
 """
 
-from vanilla_transformer.cli import run_script
+from vanilla_transformer.cli.main import run_script
 
 
 def main(argv: list[str] | None = None) -> None:

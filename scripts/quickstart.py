@@ -1,9 +1,9 @@
 """`python scripts/quickstart.py` (a source checkout) = `vanilla-transformer demo`: the same flags.
 
-The command is vanilla_transformer/commands/demo.py; `--help` lists its flags.
+The command is vanilla_transformer/cli/demo.py; `--help` lists its flags.
 """
 
-from vanilla_transformer.cli import run_script
+from vanilla_transformer.cli.main import run_script
 
 
 def main(argv: list[str] | None = None) -> None:

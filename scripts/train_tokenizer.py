@@ -1,9 +1,9 @@
 """`python scripts/train_tokenizer.py` (a source checkout) = `vanilla-transformer train-tokenizer`: the same flags.
 
-The command is vanilla_transformer/commands/train_tokenizer.py; `--help` lists its flags.
+The command is vanilla_transformer/cli/train_tokenizer.py; `--help` lists its flags.
 """
 
-from vanilla_transformer.cli import run_script
+from vanilla_transformer.cli.main import run_script
 
 
 def main(argv: list[str] | None = None) -> None:

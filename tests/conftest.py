@@ -143,7 +143,7 @@ def batch() -> dict:
 def builtin_tokenizer():
     """The joint BPE trained on the built-in corpus (real tokenizer, built in about a second)."""
     from vanilla_transformer.data.corpora import load_builtin
-    from vanilla_transformer.tokenization import train_joint_bpe
+    from vanilla_transformer.data.tokenization import train_joint_bpe
 
     pairs = load_builtin("train")["translation"]
     return train_joint_bpe([p["en"] for p in pairs] + [p["de"] for p in pairs], vocab_size=600)

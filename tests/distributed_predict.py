@@ -14,7 +14,7 @@ from transformers import Seq2SeqTrainingArguments
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import PAD, tiny_model  # noqa: E402
 
-from vanilla_transformer.trainer import VanillaTransformerTrainer  # noqa: E402
+from vanilla_transformer.training.trainer import VanillaTransformerTrainer  # noqa: E402
 
 PAIRS = 7
 

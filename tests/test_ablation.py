@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from vanilla_transformer.ablation import (
+from vanilla_transformer.experiments.ablation import (
     AblationRow,
     GridSettings,
     check_grid,
@@ -25,7 +25,7 @@ from vanilla_transformer.ablation import (
     run_grid,
     table3_grid,
 )
-from vanilla_transformer.presets import get_training_preset
+from vanilla_transformer.training.presets import get_training_preset
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vanilla_transformer import benchmark
+from vanilla_transformer.experiments import benchmark
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from conftest import tiny_model
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from vanilla_transformer.checkpoints import average_checkpoints, list_checkpoints
+from vanilla_transformer.training.checkpoints import average_checkpoints, list_checkpoints
 
 
 def write_checkpoints(run_dir, steps):

@@ -1,5 +1,5 @@
-"""The `vanilla-transformer` command line (`vanilla_transformer/cli.py`, one module per subcommand in
-`vanilla_transformer/commands/`), the `scripts/*.py` that run the same commands from a checkout, and the package as a
+"""The `vanilla-transformer` command line (`vanilla_transformer/cli/main.py`, one module per subcommand in
+`vanilla_transformer/cli/`), the `scripts/*.py` that run the same commands from a checkout, and the package as a
 wheel: built, installed into a fresh virtualenv and run from another folder, where the model card template can only
 come from the package data."""
 
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import HUB_USER, tiny_model
 
-from vanilla_transformer.cli import COMMANDS, build_parser, main
+from vanilla_transformer.cli.main import COMMANDS, build_parser, main
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.loading import load_model_and_tokenizer
-from vanilla_transformer.translation import translate
+from vanilla_transformer.files.loading import load_model_and_tokenizer
+from vanilla_transformer.inference.translation import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 # scripts/<file>.py → the subcommand it runs (the scripts keep the names the README has always used)
@@ -203,7 +203,8 @@ def test_the_wheel_installed_elsewhere_runs_and_renders_cards(installed, model_f
     elsewhere = tmp_path / "elsewhere"  # no vanilla_transformer/ and no model_cards/ here or above
     elsewhere.mkdir()
     where = run_installed(
-        [str(bin_dir / "python"), "-c", "import json, sys, vanilla_transformer, vanilla_transformer.model_card as mc; "
+        [str(bin_dir / "python"), "-c",
+         "import json, sys, vanilla_transformer, vanilla_transformer.release.model_card as mc; "
          "print(json.dumps([vanilla_transformer.__file__, str(mc.CARD_TEMPLATE), sorted(sys.modules)]))"],
         elsewhere,
     )  # fmt: skip

@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 
-from vanilla_transformer.ctranslate2_engine import ExportError, export_ctranslate2, load_ctranslate2
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.loading import ModelFolderError
-from vanilla_transformer.translation import load_translator
+from vanilla_transformer.files.loading import ModelFolderError
+from vanilla_transformer.inference.ctranslate2_engine import ExportError, export_ctranslate2, load_ctranslate2
+from vanilla_transformer.inference.evaluation import score_translations
+from vanilla_transformer.inference.translation import load_translator
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / "model_cards" / "vanilla-transformer-multi30k-en-de"

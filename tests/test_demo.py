@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from vanilla_transformer.commands.demo import run_demo
+from vanilla_transformer.cli.demo import run_demo
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Tests of `vanilla_transformer.evaluation` and `scripts/evaluate_bleu.py`."""
+"""Tests of `vanilla_transformer.inference.evaluation` and `scripts/evaluate_bleu.py`."""
 
 import json
 import os
@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import EvalPrediction, PreTrainedTokenizerFast
 
 from vanilla_transformer.data.text import read_lines
-from vanilla_transformer.evaluation import (
+from vanilla_transformer.inference.evaluation import (
     bleu_score,
     chrf_score,
     compute_metrics_for_trainer,
@@ -290,7 +290,7 @@ def test_the_trainers_metric_and_the_files_score_chinese_with_the_zh_tokenizer(b
 def test_a_split_of_an_anki_file_is_translated_and_scored_in_its_target_language(builtin_tokenizer, tmp_path):
     from conftest import tiny_model
 
-    from vanilla_transformer.outputs import OutputError
+    from vanilla_transformer.files.outputs import OutputError
 
     model = tiny_model(vocab_size=len(builtin_tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2,
                        decoder_start_token_id=1)  # fmt: skip

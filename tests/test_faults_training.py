@@ -16,13 +16,13 @@ import torch
 from safetensors.torch import load_file
 from transformers.trainer_utils import get_last_checkpoint
 
-from vanilla_transformer.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.loading import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
-from vanilla_transformer.presets import get_training_preset
-from vanilla_transformer.training import train
-from vanilla_transformer.translation import translate
+from vanilla_transformer.files.loading import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
+from vanilla_transformer.inference.evaluation import score_translations
+from vanilla_transformer.inference.translation import translate
+from vanilla_transformer.training.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging
+from vanilla_transformer.training.presets import get_training_preset
+from vanilla_transformer.training.run import train
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
@@ -244,8 +244,8 @@ def test_a_full_disk_ends_training_and_averaging_in_one_line_keeping_what_was_th
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused_on_every_path(tmp_path, monkeypatch, capsys):
-    from vanilla_transformer.cli import main
-    from vanilla_transformer.outputs import hold_lock
+    from vanilla_transformer.cli.main import main
+    from vanilla_transformer.files.outputs import hold_lock
 
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"
@@ -281,7 +281,7 @@ def test_a_hostile_pickle_in_a_checkpoint_is_refused_in_one_line_and_never_run(q
 
 
 def test_fp16_on_a_machine_without_a_gpu_is_refused_not_ignored(tmp_path, monkeypatch, capsys):
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.cli.main import main
 
     if torch.cuda.is_available() or torch.backends.mps.is_available():
         pytest.skip("this machine trains in fp16; the refusal is for machines without a CUDA or MPS device")

@@ -16,16 +16,16 @@ import pytest
 import torch
 from conftest import run_in_process, script_main, tiny_model
 
-from vanilla_transformer.cli import _run, _set_up, build_parser, main, user_error_message
-from vanilla_transformer.commands import (
+from vanilla_transformer.cli.arguments import (
     MAX_NUM_BEAMS,
     UsageError,
     available_devices,
     device,
 )
-from vanilla_transformer.presets import PRESET_FLAGS, get_training_preset
-from vanilla_transformer.ranges import TRAINING_RANGES
-from vanilla_transformer.settings_check import SettingsError, check_settings
+from vanilla_transformer.cli.main import _run, _set_up, build_parser, main, user_error_message
+from vanilla_transformer.training.presets import PRESET_FLAGS, get_training_preset
+from vanilla_transformer.training.ranges import TRAINING_RANGES
+from vanilla_transformer.training.settings_check import SettingsError, check_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -334,7 +334,7 @@ def test_the_command_line_and_scripts_end_a_user_error_in_one_line_or_debug_it(t
 
 
 def test_a_full_disk_reported_by_a_native_writer_is_a_user_error():
-    from vanilla_transformer.cli import user_error_message
+    from vanilla_transformer.cli.main import user_error_message
 
     # safetensors (Rust) and torch.save (C++) raise no OSError: their messages, anywhere in the chain, tell
     safetensors = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")

@@ -36,11 +36,11 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.fsdp import StateDictType
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
 
-from vanilla_transformer.cli import main
+from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.fsdp import check_trainer_fsdp, tied_modules
-from vanilla_transformer.loading import CODE_FILES
-from vanilla_transformer.settings_check import SettingsError
+from vanilla_transformer.files.loading import CODE_FILES
+from vanilla_transformer.training.fsdp import check_trainer_fsdp, tied_modules
+from vanilla_transformer.training.settings_check import SettingsError
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
@@ -257,7 +257,7 @@ def test_fsdp2_run_follows_one_process_with_twice_the_batch(runs):
     )
     assert not list(saved.glob("_fsdp*.py"))
     for name in CODE_FILES:
-        assert (saved / name).read_bytes() == (ROOT / "vanilla_transformer" / name).read_bytes(), name
+        assert (saved / name).read_bytes() == (ROOT / "vanilla_transformer" / "model" / name).read_bytes(), name
     # checkpoint-3 was written before the kill, by the first, uninterrupted part of the FSDP run
     one_updates, fsdp_updates = updates(runs, runs.one), updates(runs, runs.fsdp)
     assert len(one_updates) == len(fsdp_updates) == STEPS
@@ -292,7 +292,7 @@ def test_fsdp2_final_folder_is_an_ordinary_model_folder_that_translates_as_one_p
     # config.json names this package's classes (not torch's FSDP subclasses), whose code is beside it
     assert json.loads((final / "config.json").read_text()) == json.loads((alone / "config.json").read_text())
     for name in CODE_FILES:
-        assert (final / name).read_bytes() == (ROOT / "vanilla_transformer" / name).read_bytes(), name
+        assert (final / name).read_bytes() == (ROOT / "vanilla_transformer" / "model" / name).read_bytes(), name
 
     # it loads in this one process, exactly as saved, and translates as the one-process model does
     model, info = AutoModelForSeq2SeqLM.from_pretrained(final, output_loading_info=True)

@@ -7,7 +7,7 @@ from conftest import EOS, PAD, VOCAB, tiny_model
 from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
-from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
+from vanilla_transformer.model.generation_vanilla_transformer import CACHE_OUTPUT_NAME
 
 
 def eos_prone_model(seed: int, scale: float = 2.5):

@@ -1,4 +1,4 @@
-"""Hub sharing over real HTTP: `vanilla_transformer.hub`, `scripts/push_to_hub.py`, `model.push_to_hub` and the
+"""Hub sharing over real HTTP: `vanilla_transformer.release.hub`, `scripts/push_to_hub.py`, `model.push_to_hub` and the
 trainer's `push_to_hub`, against the Hub stand-in of `tests/hub_server.py` that `conftest.py` starts on 127.0.0.1
 and points the real `huggingface_hub` client at. Pushed repos are loaded back by repo id in a fresh process where
 `vanilla_transformer` cannot be imported, and must translate exactly as the local folder does.
@@ -27,17 +27,17 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import main as cli_main
+from vanilla_transformer.cli.main import main as cli_main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenized import tokenize_pairs
-from vanilla_transformer.evaluation import compute_metrics_for_trainer
-from vanilla_transformer.hub import FolderNotReadyError, HubPushError, check_repo_id, plan_push, push_folder
-from vanilla_transformer.loading import CODE_FILES, validate_folder, write_checksums
-from vanilla_transformer.model_card import card_for_folder, render_model_card, training_hyperparameters
-from vanilla_transformer.optimization import label_smoothed_loss
-from vanilla_transformer.presets import get_training_preset
-from vanilla_transformer.remote_code import _BLOCK_PACKAGE, translate_without_package
-from vanilla_transformer.trainer import VanillaTransformerTrainer
+from vanilla_transformer.files.loading import CODE_FILES, validate_folder, write_checksums
+from vanilla_transformer.inference.evaluation import compute_metrics_for_trainer
+from vanilla_transformer.release.hub import FolderNotReadyError, HubPushError, check_repo_id, plan_push, push_folder
+from vanilla_transformer.release.model_card import card_for_folder, render_model_card, training_hyperparameters
+from vanilla_transformer.release.remote_code import _BLOCK_PACKAGE, translate_without_package
+from vanilla_transformer.training.optimization import label_smoothed_loss
+from vanilla_transformer.training.presets import get_training_preset
+from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"

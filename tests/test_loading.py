@@ -24,10 +24,9 @@ from huggingface_hub import HfApi
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vanilla_transformer.checkpoints import average_checkpoints
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.evaluation import evaluate_model_on_split
-from vanilla_transformer.loading import (
+from vanilla_transformer.data.tokenization import tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.files.loading import (
     ModelFolderError,
     bad_values,
     download_model,
@@ -35,10 +34,11 @@ from vanilla_transformer.loading import (
     load_model_and_tokenizer,
     write_checksums,
 )
-from vanilla_transformer.presets import TRAINING_PRESETS
-from vanilla_transformer.tokenization import tokenizer_fingerprint, train_joint_bpe
-from vanilla_transformer.training import build_model
-from vanilla_transformer.translation import translate
+from vanilla_transformer.inference.evaluation import evaluate_model_on_split
+from vanilla_transformer.inference.translation import translate
+from vanilla_transformer.training.checkpoints import average_checkpoints
+from vanilla_transformer.training.presets import TRAINING_PRESETS
+from vanilla_transformer.training.run import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

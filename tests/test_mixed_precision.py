@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import PAD, VOCAB, tiny_model
 
-from vanilla_transformer.optimization import label_smoothed_loss
+from vanilla_transformer.training.optimization import label_smoothed_loss
 
 # relative difference from the fp32 loss; measured at most 2.5e-5 (fp16) and 2.4e-4 (bf16: 8 mantissa bits) over
 # three batches, both attention backends, half-precision weights and autocast; the bounds leave 20x room
@@ -96,9 +96,9 @@ def test_the_release_translates_in_bf16_as_in_fp32():
     from pathlib import Path
 
     from vanilla_transformer.data.corpora import load_builtin
-    from vanilla_transformer.evaluation import score_translations
-    from vanilla_transformer.loading import load_model_and_tokenizer
-    from vanilla_transformer.translation import load_translator
+    from vanilla_transformer.files.loading import load_model_and_tokenizer
+    from vanilla_transformer.inference.evaluation import score_translations
+    from vanilla_transformer.inference.translation import load_translator
 
     release = Path(__file__).resolve().parents[1] / "model_cards" / "vanilla-transformer-multi30k-en-de"
     pairs = load_builtin("test")["translation"][:100]
@@ -113,8 +113,8 @@ def test_the_release_translates_in_bf16_as_in_fp32():
 
 
 def test_a_dtype_for_a_ctranslate2_export_or_an_unknown_one_is_refused(tmp_path):
-    from vanilla_transformer.ctranslate2_engine import ExportError
-    from vanilla_transformer.translation import load_translator
+    from vanilla_transformer.inference.ctranslate2_engine import ExportError
+    from vanilla_transformer.inference.translation import load_translator
 
     with pytest.raises(ValueError, match="dtype='int4' is unknown; use one of float32, bfloat16, float16"):
         load_translator(str(tmp_path), "pytorch", "cpu", dtype="int4")

@@ -1,4 +1,4 @@
-"""Model cards: `vanilla_transformer.model_card` renders a folder's README.md from the package's template, with
+"""Model cards: `vanilla_transformer.release.model_card` renders a folder's README.md from the package's template, with
 metadata (license, languages, datasets, `model-index`) that the Hub's own reader parses. The cards a push renders for
 a folder without one, and the trainer's card, are checked over HTTP in `tests/test_hub.py`."""
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 
-from vanilla_transformer.loading import validate_folder
-from vanilla_transformer.model_card import DATA_TERMS, card_for_folder, render_model_card
+from vanilla_transformer.files.loading import validate_folder
+from vanilla_transformer.release.model_card import DATA_TERMS, card_for_folder, render_model_card
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"

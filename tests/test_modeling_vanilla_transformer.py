@@ -21,9 +21,9 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     sinusoidal_position_encoding,
 )
-from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
-from vanilla_transformer.loading import CODE_FILES
-from vanilla_transformer.remote_code import generate_without_package
+from vanilla_transformer.files.loading import CODE_FILES
+from vanilla_transformer.model.generation_vanilla_transformer import CACHE_OUTPUT_NAME
+from vanilla_transformer.release.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
 

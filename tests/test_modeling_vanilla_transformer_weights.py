@@ -15,8 +15,8 @@ from torch import nn
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.modeling_vanilla_transformer import HUGE_WEIGHT, check_weight_values
-from vanilla_transformer.remote_code import generate_without_package
+from vanilla_transformer.model.modeling_vanilla_transformer import HUGE_WEIGHT, check_weight_values
+from vanilla_transformer.release.remote_code import generate_without_package
 
 TENSOR = "model.encoder.layers.0.ffn.fc1.weight"  # 64 x 32 in the tiny model, and tied to nothing
 FIX = "Restore the folder from a good copy, load an earlier checkpoint, or re-train."

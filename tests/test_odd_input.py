@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from vanilla_transformer.data.corpora import load_text_files
 from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.data.tokenized import tokenize_pairs
-from vanilla_transformer.generation_vanilla_transformer import CACHE_OUTPUT_NAME
-from vanilla_transformer.loading import write_checksums
-from vanilla_transformer.translation import translate
+from vanilla_transformer.files.loading import write_checksums
+from vanilla_transformer.inference.translation import translate
+from vanilla_transformer.model.generation_vanilla_transformer import CACHE_OUTPUT_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_LINE = "the small dog runs to the big house . " * 12  # ~100 tokens, beyond max_position_embeddings=16
@@ -103,7 +103,7 @@ def test_tokenizer_round_trips_any_text(builtin_tokenizer, text):
 
 
 def test_a_batch_of_odd_lines_translates_aligned_and_untruncated(model_folder, builtin_tokenizer, monkeypatch):
-    from vanilla_transformer.loading import load_model_and_tokenizer
+    from vanilla_transformer.files.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_folder)
     widths = []
@@ -124,7 +124,7 @@ def test_a_batch_of_odd_lines_translates_aligned_and_untruncated(model_folder, b
 
 
 def test_the_long_line_gets_its_input_plus_50_tokens(model_folder):
-    from vanilla_transformer.loading import load_model_and_tokenizer
+    from vanilla_transformer.files.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_folder)
     source = tokenizer([LONG_LINE], return_tensors="pt")

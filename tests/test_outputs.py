@@ -1,4 +1,4 @@
-"""Outputs never destroy inputs (issue 25, `vanilla_transformer/outputs.py`): every command that writes refuses an
+"""Outputs never destroy inputs (issue 25, `vanilla_transformer/files/outputs.py`): every command that writes refuses an
 output that is, holds or lies inside one of its inputs, replaces only folders a command of ours wrote (or any with
 `--overwrite`), and writes under a hidden name beside the destination that is renamed into place only when complete.
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process, script_main, tiny_model
 
-from vanilla_transformer.checkpoints import average_checkpoints
-from vanilla_transformer.cli import main
-from vanilla_transformer.outputs import (
+from vanilla_transformer.cli.main import main
+from vanilla_transformer.data.tokenization import save_tokenizer
+from vanilla_transformer.files.outputs import (
     MARKER_NAME,
     OutputError,
     _writer_tag,
@@ -30,8 +30,8 @@ from vanilla_transformer.outputs import (
     staged_leftovers,
     write_marker,
 )
-from vanilla_transformer.presets import get_training_preset
-from vanilla_transformer.tokenization import save_tokenizer
+from vanilla_transformer.training.checkpoints import average_checkpoints
+from vanilla_transformer.training.presets import get_training_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["A dog runs.", "Two men talk.", "A child plays in the snow."]
@@ -201,7 +201,7 @@ def test_evaluate_refuses_to_write_hypotheses_over_the_reference(model_folder, d
 
 
 def test_evaluate_sees_through_symlinks_and_keeps_out_of_the_data_and_model(model_folder, data_dir, tmp_path):
-    from vanilla_transformer.evaluation import evaluate_model_on_split
+    from vanilla_transformer.inference.evaluation import evaluate_model_on_split
 
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "hyp.de").symlink_to(data_dir / "tok" / "test2016.lc.norm.tok.de")
@@ -271,7 +271,7 @@ def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_p
 
 
 def test_evaluate_that_fails_mid_write_keeps_the_old_hypotheses(model_folder, data_dir, tmp_path, monkeypatch):
-    import vanilla_transformer.evaluation as evaluation
+    import vanilla_transformer.inference.evaluation as evaluation
 
     output = tmp_path / "hyp.de"
     output.write_text("the hypotheses of last week\n")
@@ -289,7 +289,7 @@ def test_evaluate_that_fails_mid_write_keeps_the_old_hypotheses(model_folder, da
 
 
 def test_averaging_that_fails_mid_write_keeps_the_old_average(run_dir, tmp_path, monkeypatch):
-    import vanilla_transformer.checkpoints as checkpoints
+    import vanilla_transformer.training.checkpoints as checkpoints
 
     before = tree_state(tmp_path)
 
@@ -371,8 +371,8 @@ def test_plot_attention_writes_beside_and_never_into_the_model(model_folder, tmp
 
 @pytest.mark.parametrize("function", ["train", "train_no_trainer"])
 def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(function, tmp_path):
-    from vanilla_transformer.no_trainer import train_no_trainer
-    from vanilla_transformer.training import check_run_folder, train
+    from vanilla_transformer.training.no_trainer import train_no_trainer
+    from vanilla_transformer.training.run import check_run_folder, train
 
     train_function = {"train": train, "train_no_trainer": train_no_trainer}[function]
     preset = get_training_preset("demo")
@@ -535,7 +535,7 @@ def test_the_export_refuses_its_own_model_as_output_with_or_without_overwrite(
 
 
 def test_the_pytorch_engine_names_a_ctranslate2_export_and_the_flag_to_use(model_folder, tmp_path, capsys):
-    from vanilla_transformer.ctranslate2_engine import export_ctranslate2
+    from vanilla_transformer.inference.ctranslate2_engine import export_ctranslate2
 
     export_ctranslate2(model_folder, tmp_path / "export")
     (tmp_path / "input.en").write_text("A dog runs.\n")
@@ -551,7 +551,7 @@ def test_the_pytorch_engine_names_a_ctranslate2_export_and_the_flag_to_use(model
 
 KILLED_WRITER = """
 import os, signal, sys
-from vanilla_transformer.outputs import staged_folder
+from vanilla_transformer.files.outputs import staged_folder
 with staged_folder(sys.argv[1], "model", "average", overwrite=True) as staging:
     (staging / "model.safetensors").write_bytes(b"half")
     os.kill(os.getpid(), signal.SIGKILL)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from vanilla_transformer.checkpoints import RESUME_FILES, list_checkpoints
-from vanilla_transformer.cli import main
-from vanilla_transformer.commands import add_typed_preset_arguments
+from vanilla_transformer.cli.arguments import add_typed_preset_arguments
+from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.grammar import grammar_pairs
-from vanilla_transformer.no_trainer import train_no_trainer
-from vanilla_transformer.presets import (
+from vanilla_transformer.training.checkpoints import RESUME_FILES, list_checkpoints
+from vanilla_transformer.training.no_trainer import train_no_trainer
+from vanilla_transformer.training.presets import (
     PRESET_FLAGS,
     TRAINING_PRESETS,
     RunSettings,
@@ -28,8 +28,8 @@ from vanilla_transformer.presets import (
     preset_from_arguments,
     record_run_preset,
 )
-from vanilla_transformer.settings_check import SettingsError, check_settings, trainer_checkpoint_steps
-from vanilla_transformer.training import train
+from vanilla_transformer.training.run import train
+from vanilla_transformer.training.settings_check import SettingsError, check_settings, trainer_checkpoint_steps
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,22 +14,22 @@ from conftest import tiny_model
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vanilla_transformer.cli import build_parser, main
+from vanilla_transformer.cli.main import build_parser, main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.text import read_lines
-from vanilla_transformer.evaluation import score_translations
-from vanilla_transformer.loading import CODE_FILES
-from vanilla_transformer.model_card import card_for_folder
-from vanilla_transformer.presets import RunSettings, get_training_preset, read_run_preset
-from vanilla_transformer.release import (
+from vanilla_transformer.data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.files.loading import CODE_FILES
+from vanilla_transformer.inference.evaluation import score_translations
+from vanilla_transformer.inference.translation import translate
+from vanilla_transformer.release.build import (
     SMOKE_SENTENCES,
     ReleaseData,
     record_tokenizer_fingerprint,
     train_command,
     write_release,
 )
-from vanilla_transformer.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint, train_joint_bpe
-from vanilla_transformer.translation import translate
+from vanilla_transformer.release.model_card import card_for_folder
+from vanilla_transformer.training.presets import RunSettings, get_training_preset, read_run_preset
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
@@ -51,8 +51,8 @@ def test_release_folder_is_hub_ready(release):
     assert (release / "model.safetensors").stat().st_size <= 20 * 2**20
     # the remote code users download is this checkout's, with its fixes (e.g. for transformers 5.24's `cache`)
     for name in CODE_FILES:
-        assert (release / name).read_text() == (REPO / "vanilla_transformer" / name).read_text(), (
-            f"{release.name}/{name} differs from vanilla_transformer/{name}: copy it over"
+        assert (release / name).read_text() == (REPO / "vanilla_transformer" / "model" / name).read_text(), (
+            f"{release.name}/{name} differs from vanilla_transformer/model/{name}: copy it over"
         )
     config = json.loads((release / "config.json").read_text())
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
@@ -83,7 +83,7 @@ def test_fifty_test2016_sentences_score_as_the_card_says(multi30k):
 
 
 def test_fifty_tatoeba_test_sentences_score_as_the_en_zh_card_says(tatoeba):
-    from vanilla_transformer.release import ReleaseData
+    from vanilla_transformer.release.build import ReleaseData
 
     record = json.loads((RELEASE_EN_ZH / "results.json").read_text())
     assert record["data"]["sha256"] == hashlib.sha256(tatoeba.read_bytes()).hexdigest()
@@ -99,8 +99,8 @@ def test_fifty_tatoeba_test_sentences_score_as_the_en_zh_card_says(tatoeba):
 
 
 def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch):
-    from vanilla_transformer.loading import validate_folder
-    from vanilla_transformer.release import write_release
+    from vanilla_transformer.files.loading import validate_folder
+    from vanilla_transformer.release.build import write_release
 
     def scores(bleu: float, chrf: float, tokenized: float | None) -> dict:
         result = {"bleu": {"score": bleu, "signature": "nrefs:1|sig"}, "chrf": {"score": chrf}}
@@ -138,7 +138,7 @@ def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch)
 
 
 def test_a_release_of_a_tsv_run_states_its_data_terms_languages_and_examples(tmp_path):
-    from vanilla_transformer.release import write_release
+    from vanilla_transformer.release.build import write_release
 
     scores = {"bleu": {"score": 21.234, "signature": "nrefs:1|case:mixed|eff:no|tok:zh|smooth:exp|version:2.6.0"}}
     results = {"test": scores | {"chrf": {"score": 19.5}}, "test[:50]": scores | {"chrf": {"score": 18.0}}}
@@ -177,7 +177,7 @@ def test_a_release_of_a_tsv_run_states_its_data_terms_languages_and_examples(tmp
 
 
 def test_the_card_explains_a_tokenizer_by_what_sacrebleu_would_pick():
-    from vanilla_transformer.model_card import render_model_card
+    from vanilla_transformer.release.model_card import render_model_card
 
     training = json.loads((RELEASE / "results.json").read_text())["training"]
 
@@ -192,7 +192,7 @@ def test_the_card_explains_a_tokenizer_by_what_sacrebleu_would_pick():
 
 
 def test_release_data_of_the_tatoeba_file_counts_its_splits_and_contributors(tatoeba):
-    from vanilla_transformer.release import ReleaseData
+    from vanilla_transformer.release.build import ReleaseData
 
     data = ReleaseData(corpus_file=tatoeba, source_lang="en", target_lang="zh")
     record = data.record()
@@ -205,7 +205,7 @@ def test_release_data_of_the_tatoeba_file_counts_its_splits_and_contributors(tat
 
 
 def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path):
-    from vanilla_transformer.release import train_command
+    from vanilla_transformer.release.build import train_command
 
     demo = get_training_preset("demo").as_dict()
     assert train_command(demo, "out") == "vanilla-transformer train --preset demo --output-dir out"
@@ -229,7 +229,7 @@ def test_train_command_names_the_closest_preset_and_a_flag_per_change(tmp_path):
 
 
 def test_a_run_recorded_with_the_path_of_the_multi30k_files_trained_the_multi30k_preset(multi30k, tmp_path):
-    from vanilla_transformer.release import train_command
+    from vanilla_transformer.release.build import train_command
 
     # runs recorded before Multi30k had a name hold the path of its folder (../shared/data/multi30k)
     run = json.loads(json.dumps(get_training_preset("multi30k", dropout=0.25).as_dict())) | {"corpus": str(multi30k)}
@@ -247,8 +247,8 @@ def test_a_run_recorded_with_the_path_of_the_multi30k_files_trained_the_multi30k
 def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(multi30k, tmp_path):
     from transformers import GenerationConfig
 
-    from vanilla_transformer.evaluation import evaluate_model_on_split
-    from vanilla_transformer.release import (
+    from vanilla_transformer.inference.evaluation import evaluate_model_on_split
+    from vanilla_transformer.release.build import (
         ReleaseData,
         adopt_best_length_penalty,
         set_length_penalty,
@@ -279,7 +279,7 @@ def test_the_length_penalty_is_chosen_on_valid_and_becomes_the_folders_default(m
 
 
 def test_training_summary_counts_what_the_run_did(tmp_path):
-    from vanilla_transformer.release import training_summary
+    from vanilla_transformer.release.build import training_summary
 
     run, final = tmp_path / "run", tmp_path / "run" / "final"
     final.mkdir(parents=True)

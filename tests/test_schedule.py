@@ -1,4 +1,4 @@
-"""How the paper's schedule and loss (`vanilla_transformer.optimization`) relate to transformers' own:
+"""How the paper's schedule and loss (`vanilla_transformer.training.optimization`) relate to transformers' own:
 `get_inverse_sqrt_schedule` and `LabelSmoother`. Each is kept for a reason shown here."""
 
 import math
@@ -8,7 +8,12 @@ import torch
 from transformers import get_inverse_sqrt_schedule
 from transformers.trainer_pt_utils import LabelSmoother
 
-from vanilla_transformer.optimization import label_smoothed_loss, paper_adam, paper_learning_rate, paper_schedule
+from vanilla_transformer.training.optimization import (
+    label_smoothed_loss,
+    paper_adam,
+    paper_learning_rate,
+    paper_schedule,
+)
 
 PEAK = 1.0
 

@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from vanilla_transformer.data.text import read_lines
-from vanilla_transformer.tokenization import (
+from vanilla_transformer.data.tokenization import (
     LOAD_TIME_KEYS,
     load_tokenizer,
     lowercases,

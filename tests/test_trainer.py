@@ -12,18 +12,18 @@ import torch.nn.functional as F
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.checkpoints import list_checkpoints
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenized import tokenize_pairs
-from vanilla_transformer.optimization import (
+from vanilla_transformer.training.checkpoints import list_checkpoints
+from vanilla_transformer.training.optimization import (
     label_smoothed_loss,
     paper_learning_rate,
     paper_schedule,
     peak_learning_rate,
 )
-from vanilla_transformer.presets import get_training_preset
-from vanilla_transformer.trainer import VanillaTransformerTrainer
-from vanilla_transformer.training import train
+from vanilla_transformer.training.presets import get_training_preset
+from vanilla_transformer.training.run import train
+from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 
 def test_schedule_follows_the_formula():

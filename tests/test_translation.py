@@ -23,12 +23,12 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
-from vanilla_transformer.remote_code import generate_without_package
-from vanilla_transformer.translation import translate
+from vanilla_transformer.inference.translation import translate
+from vanilla_transformer.model.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
+from vanilla_transformer.release.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATION_MODULE = "vanilla_transformer.generation_vanilla_transformer"
+GENERATION_MODULE = "vanilla_transformer.model.generation_vanilla_transformer"
 
 
 def count_decoding_steps(model) -> list:

@@ -7,8 +7,8 @@ all three Auto classes and copies the two code files next to the weights.
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .modeling_vanilla_transformer import (
+from .model.configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,

@@ -1,6 +1,6 @@
-"""`python -m vanilla_transformer` = the `vanilla-transformer` command (vanilla_transformer/cli.py)."""
+"""`python -m vanilla_transformer` = the `vanilla-transformer` command (vanilla_transformer/cli/main.py)."""
 
-from .cli import main
+from .cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -40,7 +40,7 @@ def test_a_corpus_is_tokenized_once_and_then_opened_memory_mapped(tmp_path, buil
 
 
 def test_the_cache_is_keyed_by_corpus_content_tokenizer_and_length_limit(tmp_path, builtin_tokenizer):
-    from vanilla_transformer.tokenization import train_joint_bpe
+    from vanilla_transformer.data.tokenization import train_joint_bpe
 
     pairs = [(pair["en"], pair["de"]) for pair in load_builtin("valid")["translation"][:50]]
     folder = write_corpus(tmp_path / "corpus", pairs)

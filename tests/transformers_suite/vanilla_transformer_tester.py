@@ -16,7 +16,7 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from vanilla_transformer.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS
+from vanilla_transformer.model.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS
 
 # The mixin finds label and head conventions by class name in the static mappings, which `Auto*.register` leaves.
 modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.setdefault(

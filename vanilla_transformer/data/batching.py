@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from torch.utils.data import Sampler
 from transformers import DataCollatorForSeq2Seq
 
-from ..generation_vanilla_transformer import check_token_ids
+from ..model.generation_vanilla_transformer import check_token_ids
 
 # the columns `data.tokenized` writes beside the token ids
 SOURCE_LENGTH, TARGET_LENGTH = "source_length", "target_length"

@@ -211,7 +211,7 @@ class StreamingTokenBatches(IterableDataset):
         translation_column: str = "translation",
         data_files: str | list[str] | dict | None = None,
     ):
-        from ..tokenization import tokenizer_fingerprint
+        from .tokenization import tokenizer_fingerprint
 
         if max_tokens < 2 * max_length:
             raise ValueError(

@@ -141,7 +141,7 @@ def tokenize_pairs(
     tokenizer and limit open it memory-mapped in a second. A folder is written under a hidden name and renamed when
     complete, so a killed build is never reused. `num_proc` workers tokenize (default: up to 8 of this machine's
     cores for corpora of `PARALLEL_ROWS` pairs or more)."""
-    from ..tokenization import tokenizer_fingerprint
+    from .tokenization import tokenizer_fingerprint
 
     folder = None
     if cache_root is not None:

@@ -1,0 +1,345 @@
+"""The subcommands of `vanilla-transformer` (`vanilla_transformer/cli/main.py`), one module each.
+
+A command module's docstring is its help (the first line: its summary in the command list), `add_arguments(parser)`
+declares its flags, and `run(args)` does the work: arguments that do not go together raise `UsageError`, and an
+expected failure ends with `sys.exit("error: ...")`. Each module imports what does the work (datasets, sacrebleu,
+matplotlib, the trainer) inside `run`, so that `--help` stays quick.
+
+Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a batch of 0
+pairs, a beam of 0, a folder where a file is read, a device this machine lacks) stops the command at once with one
+line naming the flag, the value and the fix (argparse's `error: argument --flag: ...`, exit status 2). What only the
+loaded model can tell (beams past its vocabulary) is checked by the model's `generate`.
+"""
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..training.ranges import BEAMS, MAX_NUM_BEAMS, TRAINING_RANGES, Range
+
+# --data-dir of the commands that read Multi30k: None is resolved by vanilla_transformer.data.multi30k.multi30k_dir
+DATA_DIR_HELP = (
+    "a folder of {split}.{lang} files and tok/; default: $VANILLA_TRANSFORMER_MULTI30K, else the official Multi30k "
+    "files, downloaded once to the cache"
+)
+# what transformers.set_seed accepts (numpy's seeds are unsigned 32-bit numbers)
+MAX_SEED = 2**32 - 1
+
+
+class UsageError(Exception):
+    """Arguments that parse but do not go together: the command line prints its usage and this message and exits
+    with status 2, as argparse's `parser.error` does."""
+
+
+# --- numbers ---------------------------------------------------------------------------------------------------------
+
+
+def argument_type(rule: Range, name: str) -> Callable[[str], int | float]:
+    """A `type=` refusing what `rule` refuses, in its words."""
+
+    def check(text: str) -> int | float:
+        try:
+            return rule.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    check.__name__ = name
+    return check
+
+
+def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Callable[[str], int]:
+    """A `type=` for whole numbers from `minimum` to `maximum` (no upper end when None); `fix` ends the message of a
+    value refused (default: the range to give)."""
+    if not fix:
+        fix = f"give {minimum} or more" if maximum is None else f"give a number from {minimum} to {maximum}"
+    high = math.inf if maximum is None else maximum
+    return argument_type(Range(minimum, high, whole=True, fix=fix), f"int_in_range_{minimum}_{maximum}")
+
+
+def training_type(field: str) -> Callable[[str], int | float]:
+    """The `type=` of a numeric training setting: its rule in `ranges.TRAINING_RANGES`, which the training functions
+    apply to their arguments too."""
+    return argument_type(TRAINING_RANGES[field], field)
+
+
+positive_int = int_in_range(1)
+positive_int.__doc__ = "A `type=` for counts that must be at least 1 (steps, batches, samples)."
+non_negative_int = int_in_range(0)
+non_negative_int.__doc__ = "A `type=` for 0-based indices (layers, heads)."
+optional_count = int_in_range(1, fix="give 1 or more, or leave the flag out")
+optional_count.__doc__ = "`positive_int` for options with a default when left out (threads, batch sizes of pairs)."
+num_beams = argument_type(BEAMS, "num_beams")
+num_beams.__doc__ = (
+    f"A `type=` for beam sizes: 1 (greedy) to {MAX_NUM_BEAMS}; `generate` checks the model's vocabulary."
+)
+seed = int_in_range(0, MAX_SEED)
+seed.__doc__ = f"A `type=` for random seeds: 0 to {MAX_SEED}, what `transformers.set_seed` takes."
+finite_float = argument_type(Range(-math.inf, fix="give a finite number"), "finite_float")
+finite_float.__doc__ = "A `type=` for any finite number (`nan` and `inf` are refused)."
+non_negative_float = argument_type(Range(0, fix="give 0 or more"), "non_negative_float")
+non_negative_float.__doc__ = "A `type=` for finite numbers of at least 0 (hours, length penalties)."
+
+
+def float_list(text: str) -> list[float]:
+    """A `type=` for comma-separated finite numbers, e.g. length penalties `0.6,1.0,1.5`."""
+    fix = "give numbers separated by commas, e.g. 0.6,1.0"
+    values = [value.strip() for value in text.split(",")]
+    if not all(values):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item: {fix}")
+    try:
+        return [finite_float(value) for value in values]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} holds an item that is not a finite number: {fix}") from None
+
+
+def comma_separated_choices(choices: Iterable[str]) -> Callable[[str], str]:
+    """A `type=` for a comma-separated subset of `choices`; the text itself is kept, for `run` to split."""
+    choices = tuple(choices)
+
+    def check(text: str) -> str:
+        names = [name.strip() for name in text.split(",")]
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            known = ",".join(choices)
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: no {', '.join(unknown)}; give a comma-separated subset of {known}"
+            )
+        return text
+
+    check.__name__ = "comma_separated_choices"
+    return check
+
+
+# --- devices ---------------------------------------------------------------------------------------------------------
+
+
+def available_devices() -> list[str]:
+    """The torch devices of this machine: cpu, then cuda and cuda:N for each GPU, then mps on Apple silicon."""
+    import torch
+
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += ["cuda", *(f"cuda:{index}" for index in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def device(text: str) -> str:
+    """A `type=` for a torch device this machine has (`available_devices`)."""
+    devices = available_devices()
+    if text not in devices:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device of this machine: give one of {', '.join(devices)}")
+    return text
+
+
+# --- paths -----------------------------------------------------------------------------------------------------------
+
+
+def _blocked(path: Path) -> str | None:
+    """Why a file or folder cannot be created at `path`, or None: an existing parent that is a file, or a folder that
+    this user may not write in."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, so nothing can be created under it"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"this user may not write in {parent}"
+    return None
+
+
+def _relative(text: str) -> str:
+    """Where a relative path is looked for, for a message about a path not found."""
+    return "" if Path(text).expanduser().is_absolute() else f" (relative to {Path.cwd()})"
+
+
+def existing_file(text: str) -> str:
+    """A `type=` for a file to read: it exists, is not a folder, and this user may read it."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file: give the file itself")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no file {text}{_relative(text)}: check the path")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"this user may not read {text}: check its permissions")
+    return text
+
+
+def input_file(text: str) -> str:
+    """`existing_file`, or '-' for stdin."""
+    return text if text == "-" else existing_file(text)
+
+
+def existing_dir(text: str) -> str:
+    """A `type=` for a folder to read: it exists and is a folder."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give the folder that holds it")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no folder {text}{_relative(text)}: check the path")
+    return text
+
+
+def output_dir(text: str) -> str:
+    """A `type=` for a folder to write in: a folder already, or a path where one can be created (whether an existing
+    folder may be written over is the command's business)."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a new folder's path")
+    blocked = None if path.is_dir() else _blocked(path)
+    if blocked:
+        raise argparse.ArgumentTypeError(f"{text} cannot be created: {blocked}")
+    return text
+
+
+def output_file(text: str) -> str:
+    """A `type=` for a file to write: not a folder, and creatable (missing folders above it are created)."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file's path, e.g. {Path(text) / 'out.txt'}")
+    blocked = _blocked(path)
+    if blocked:
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: {blocked}")
+    return text
+
+
+def output_file_or_stdout(text: str) -> str:
+    """`output_file`, or '-' for stdout."""
+    return text if text == "-" else output_file(text)
+
+
+def output_file_in_existing_folder(text: str) -> str:
+    """`output_file` whose folder exists already (for commands that do not create it)."""
+    output_file(text)
+    parent = Path(text).expanduser().absolute().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: no folder {parent}; create it first")
+    return text
+
+
+def model_source(text: str) -> str:
+    """A `type=` for a model: an existing folder, or a Hub id (`name` or `namespace/name`) to download; a file, or a
+    path that is neither an existing folder nor a Hub id, is refused."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return text
+    if path.exists():
+        raise argparse.ArgumentTypeError(
+            f"{text} is a file: give the model's folder (save_pretrained output) or a Hub id"
+        )
+    try:
+        validate_repo_id(text)
+        hub_id = not text.startswith((".", "/", "~")) and text.count("/") <= 1
+    except HFValidationError:
+        hub_id = False
+    if not hub_id:
+        raise argparse.ArgumentTypeError(
+            f"no folder {text}{_relative(text)}, and it is not a Hub id: give a saved model's folder, or "
+            "namespace/name on the Hub"
+        )
+    return text
+
+
+def repo_id(text: str) -> str:
+    """A `type=` for a Hub repository to push to: `namespace/name`, in the characters the Hub allows
+    (`hub.check_repo_id`)."""
+    from ..release.hub import check_repo_id
+
+    try:
+        check_repo_id(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+# --- shared flags ----------------------------------------------------------------------------------------------------
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """`--dtype` and `--engine`, the choices of `translation.load_translator`, for the commands that translate with
+    a loaded model; `scope` prefixes each help (e.g. "with --model: ")."""
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help=f"{scope}the weights' type for the pytorch engine (default: as saved); bfloat16 uses the CPU's AMX units",
+    )
+    parser.add_argument(
+        "--engine",
+        default="pytorch",
+        choices=["pytorch", "ctranslate2"],
+        help=f"{scope}pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
+    )
+
+
+def add_language_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """`--source-lang` and `--target-lang`: en and de by default, except for a TSV file, whose columns do not say
+    (`data.corpora.corpus_languages`)."""
+    for flag, default in (("--source-lang", "en"), ("--target-lang", "de")):
+        parser.add_argument(
+            flag, help=f"{scope}default: {default}; needed for a TSV file unless its name says (en-zh.tsv)"
+        )
+
+
+def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset` and one flag per `presets.PRESET_FLAGS` field, overriding the preset where given: numbers checked
+    by their rule (`training_type`), `--lowercase`/`--no-lowercase`, the others text."""
+    from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS
+
+    parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
+    for field, help_text in PRESET_FLAGS.items():
+        flag = f"--{field.replace('_', '-')}"
+        if isinstance(getattr(TRAINING_PRESETS["demo"], field), bool):
+            parser.add_argument(flag, help=help_text, action=argparse.BooleanOptionalAction)
+        else:
+            parser.add_argument(flag, help=help_text, type=training_type(field) if field in TRAINING_RANGES else str)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
+    the languages, and the options both training functions take."""
+    add_typed_preset_arguments(parser)
+    parser.add_argument("--output-dir", required=True, type=output_dir)
+    add_language_arguments(parser)
+    parser.add_argument(
+        "--per-device-batch-size",
+        type=training_type("per_device_batch_size"),
+        help="batches of this many pairs instead of tokens",
+    )
+    parser.add_argument(
+        "--max-grad-norm",
+        type=training_type("max_grad_norm"),
+        default=0.0,
+        help="clip gradients to this norm (0: never)",
+    )
+    parser.add_argument(
+        "--eval-beams", type=training_type("eval_beams"), default=1, help="beams for validation BLEU during training"
+    )
+    parser.add_argument(
+        "--eval-samples", type=training_type("eval_samples"), help="validate on the first N valid pairs only"
+    )
+    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument(
+        "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
+    )
+    parser.add_argument(
+        "--threads", type=training_type("threads"), help="CPU threads for torch (default: torch's choice)"
+    )
+    parser.add_argument("--log-steps", type=training_type("log_steps"), default=50)
+    tokenizer = parser.add_mutually_exclusive_group()
+    tokenizer.add_argument(
+        "--tokenizer",
+        type=model_source,
+        help="use this tokenizer (a folder with tokenizer.json, e.g. another run's tokenizer/, or a Hub id) instead "
+        "of learning a BPE from the corpus",
+    )
+    tokenizer.add_argument(
+        "--tokenizer-sample",
+        type=optional_count,
+        help="learn the BPE from a seeded sample of this many training pairs (default: all pairs up to 1,000,000, "
+        "a sample of 1,000,000 above)",
+    )

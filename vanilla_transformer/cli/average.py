@@ -1,0 +1,32 @@
+"""Average the last N checkpoints of a training run into one loadable model folder (§6.1).
+
+The run folder holds the checkpoint-<step> folders that `vanilla-transformer train` writes.
+
+    vanilla-transformer average --run-dir outputs/multi30k --last 10 --output-dir outputs/multi30k/final
+"""
+
+import argparse
+
+from .arguments import existing_dir, output_dir, positive_int
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run, how many checkpoints, and where the average goes."""
+    parser.add_argument(
+        "--run-dir", required=True, type=existing_dir, help="the folder holding checkpoint-<step> folders"
+    )
+    parser.add_argument(
+        "--last", type=positive_int, default=5, help="how many of the newest checkpoints (paper: 5 base, 20 big)"
+    )
+    parser.add_argument("--output-dir", required=True, type=output_dir)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace --output-dir even if it holds what no command of ours wrote"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Average and print which checkpoints went in."""
+    from ..training.checkpoints import average_checkpoints
+
+    averaged = average_checkpoints(args.run_dir, args.output_dir, args.last, overwrite=args.overwrite)
+    print(f"averaged {', '.join(p.name for p in averaged)} into {args.output_dir}")

@@ -1,0 +1,61 @@
+"""The data pipeline at the paper's scale: raw text to the first update, a restart, peak memory, cache size and the
+loader's rate, on a synthetic WMT14-shaped corpus of N pairs (`experiments/data_benchmark.py` says what is
+counted and how the corpus is drawn).
+
+    vanilla-transformer benchmark-data --pairs 1000000,4500000 --workdir /tmp/data-bench
+    vanilla-transformer benchmark-data --pairs 100000 --workdir /tmp/data-bench --preset demo --streaming
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from .arguments import output_file_in_existing_folder
+
+
+def _pair_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part.replace("_", "")) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give pair counts separated by commas, e.g. 1000000,4500000"
+        ) from None
+    if any(count < 1 for count in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: every pair count must be 1 or more")
+    return counts
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Corpus sizes, where the corpora and runs go, the training preset and flags, and where the report goes."""
+    from ..training.presets import TRAINING_PRESETS
+
+    parser.add_argument(
+        "--pairs", type=_pair_counts, default=[1_000_000, 4_500_000], help="corpus sizes, e.g. 1000000,4500000"
+    )
+    parser.add_argument("--workdir", type=Path, required=True, help="a folder for the corpora, runs and caches")
+    parser.add_argument("--preset", default="paper-base", choices=sorted(TRAINING_PRESETS))
+    parser.add_argument("--streaming", action="store_true", help="also time a cold start with --streaming")
+    parser.add_argument(
+        "--train-flags",
+        default="",
+        help="more flags for train-no-trainer, in one string (e.g. '--tokens-per-update 8192 --threads 2')",
+    )
+    parser.add_argument(
+        "--output", default="benchmark-data.json", type=output_file_in_existing_folder, help="the JSON report"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Measure each corpus size in turn, writing the report after each."""
+    from ..experiments.benchmark import machine_description
+    from ..experiments.data_benchmark import benchmark_data
+
+    report = {"machine": machine_description("cpu"), "results": []}
+    for pairs in args.pairs:
+        result = benchmark_data(
+            pairs, args.workdir, args.preset, tuple(args.train_flags.split()), streaming=args.streaming
+        )
+        report["results"].append(result)
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+    print(f"report written to {args.output}")

@@ -1,0 +1,62 @@
+"""Train with the paper's recipe (§5) on Seq2SeqTrainer.
+
+The presets and their fields are in `vanilla_transformer/training/presets.py`; every field is a flag.
+
+    vanilla-transformer train --preset multi30k --output-dir outputs/multi30k
+    vanilla-transformer train --preset demo --output-dir outputs/demo          # built-in corpus, minutes on a CPU
+    vanilla-transformer train --preset paper-base --corpus wmt14 --dataset-config de-en --output-dir outputs/base
+    accelerate launch --num_processes 8 -m vanilla_transformer train --preset paper-base --bf16 --output-dir out/base
+    torchrun --nproc_per_node 2 -m vanilla_transformer train --preset demo --output-dir outputs/demo  # 2 CPU processes
+
+Interrupted runs resume from their newest checkpoint when started again with the same --output-dir.
+"""
+
+import argparse
+
+from .arguments import add_training_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset`, one flag per preset field, the options both training commands share, and those of the run."""
+    add_training_arguments(parser)
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 mixed precision (autocast, fp32 weights and optimizer): GPUs from Ampere on, CPUs with AMX",
+    )
+    precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
+    parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Train (or resume) the run and print where its averaged final model is."""
+    from ..training.presets import preset_from_arguments
+    from ..training.run import TOKENIZER_SAMPLE_PAIRS, train
+
+    result = train(
+        preset_from_arguments(args),
+        args.output_dir,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        seed=args.seed,
+        resume=not args.no_resume,
+        eval_beams=args.eval_beams,
+        eval_samples=args.eval_samples,
+        report_to=args.report_to,
+        threads=args.threads,
+        log_steps=args.log_steps,
+        per_device_batch_size=args.per_device_batch_size,
+        max_grad_norm=args.max_grad_norm,
+        bf16=args.bf16,
+        fp16=args.fp16,
+        overwrite=args.overwrite,
+        tokenizer_path=args.tokenizer,
+        tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
+    )
+    print(f"final model: {result.final_dir}")

@@ -1,0 +1,87 @@
+"""Train with the paper's recipe (§5) in a plain accelerate loop.
+
+The loop is `training/no_trainer.py`, the counterpart of transformers' `run_translation_no_trainer.py`;
+`vanilla-transformer train` runs the same recipe on Seq2SeqTrainer.
+
+    vanilla-transformer train-no-trainer --preset demo --output-dir outputs/demo-nt                  # one process
+    accelerate launch --num_processes 8 -m vanilla_transformer train-no-trainer --preset paper-base --output-dir base
+    torchrun --nproc_per_node 2 -m vanilla_transformer train-no-trainer --preset demo --output-dir outputs/demo-nt
+
+Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state`) when started again with the same
+--output-dir.
+"""
+
+import argparse
+
+from .arguments import UsageError, add_training_arguments, positive_int, training_type
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset`, one flag per preset field, the options both training commands share, and those of the loop."""
+    add_training_arguments(parser)
+    parser.add_argument(
+        "--gradient-accumulation-steps",
+        type=training_type("gradient_accumulation_steps"),
+        help="instead of --tokens-per-update",
+    )
+    parser.add_argument(
+        "--mixed-precision", choices=["no", "fp16", "bf16"], help="default: accelerate's config or launch flag"
+    )
+    parser.add_argument(
+        "--eval-batch-size",
+        type=training_type("eval_batch_size"),
+        default=64,
+        help="pairs per process and validation batch",
+    )
+    parser.add_argument("--train-samples", type=training_type("train_samples"), help="train on the first N pairs only")
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="read the training pairs as a stream (line-aligned files or a datasets name), never whole: batches "
+        "from a seeded, length-sorted buffer of --stream-buffer-pairs pairs; needs --tokenizer",
+    )
+    parser.add_argument(
+        "--stream-buffer-pairs",
+        type=positive_int,
+        default=None,
+        help="pairs per shuffle buffer with --streaming (default 1,000,000: ~100 MB of ids per process)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Train (or resume) the run in the loop."""
+    from ..data.streaming import DEFAULT_BUFFER_PAIRS
+    from ..training.no_trainer import train_no_trainer
+    from ..training.presets import preset_from_arguments
+    from ..training.run import TOKENIZER_SAMPLE_PAIRS
+
+    if args.stream_buffer_pairs and not args.streaming:
+        raise UsageError("--stream-buffer-pairs sizes the buffer of --streaming: add --streaming, or leave it out")
+    train_no_trainer(
+        preset_from_arguments(args),
+        args.output_dir,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        seed=args.seed,
+        per_device_batch_size=args.per_device_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        max_grad_norm=args.max_grad_norm,
+        mixed_precision=args.mixed_precision,
+        resume=not args.no_resume,
+        eval_beams=args.eval_beams,
+        eval_samples=args.eval_samples,
+        eval_batch_size=args.eval_batch_size,
+        train_samples=args.train_samples,
+        log_steps=args.log_steps,
+        threads=args.threads,
+        overwrite=args.overwrite,
+        tokenizer_path=args.tokenizer,
+        tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
+        streaming=args.streaming,
+        stream_buffer_pairs=args.stream_buffer_pairs or DEFAULT_BUFFER_PAIRS,
+    )

@@ -1,0 +1,624 @@
+"""Speed and memory, side by side in one process: this model, transformers' `MarianMTModel` with identical dimensions
+(ReLU, √d_model-scaled and shared embeddings, sinusoidal positions, post-LN), and a plain `torch.nn.Transformer`
+with the same sizes; for ours and Marian also through `torch.compile` (`<name>_compiled`: the training step, and
+decoding with a static cache and a compiled step); and this model exported to CTranslate2 (`CTRANSLATE2`). Each
+precision of `run_benchmark(dtypes=...)` is a pass over every workload (rows of bf16 named `<name>_bf16`: autocast
+for training, bf16 weights for generation), its shares taken of that precision's measured matmul peak.
+
+Each workload runs on every model in turn, repeated with the order rotated so that no model always runs first, and
+the median of the repeats is reported with the ratios of `ratio_columns`. Token counts:
+
+- training: real (non-padding) source + target tokens per second of forward + backward + Adam step;
+- generation: generated tokens per second (batch × new tokens); every model is made to generate exactly the same
+  number of new tokens (EOS is suppressed until then), so the work is the same whatever the random weights say.
+
+Peak training memory is measured in a fresh process per model (CPU: the growth of the peak resident set over the
+process after its imports; GPU: `torch.cuda.max_memory_allocated`).
+"""
+
+import json
+import math
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import CompileConfig, GenerationConfig, MarianConfig, MarianMTModel
+
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model.modeling_vanilla_transformer import (
+    VanillaTransformerForConditionalGeneration,
+    sinusoidal_position_encoding,
+)
+from ..training.optimization import paper_adam
+
+PAD, BOS, EOS = 0, 1, 2
+MODELS = ("vanilla", "marian", "torch")
+# generation only: the vanilla model exported to CTranslate2 (`ctranslate2_engine`), weights in float32 or int8
+CTRANSLATE2 = {"ctranslate2_float32": "float32", "ctranslate2_int8": "int8"}
+
+
+@dataclass(frozen=True)
+class Workloads:
+    """The shapes measured; the defaults fit a 2-core CPU in a few minutes."""
+
+    train_batch_size: int = 16
+    train_source_length: int = 24
+    train_target_length: int = 24
+    generate_source_length: int = 24
+    new_tokens: int = 32
+    greedy_batch_sizes: tuple[int, ...] = (1, 32)
+    beam_batch_size: int = 8
+    num_beams: int = 4
+
+
+def vanilla_config(preset: str = "base", vocab_size: int = 8000, **overrides) -> VanillaTransformerConfig:
+    """The model under test: a preset (the paper's base by default) with a shared vocabulary of `vocab_size`."""
+    return VanillaTransformerConfig.from_preset(
+        preset,
+        vocab_size=vocab_size,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        **overrides,
+    )
+
+
+def marian_config(config: VanillaTransformerConfig) -> MarianConfig:
+    """`MarianConfig` with the same dimensions, activation, dropouts, embedding scaling and sharing."""
+    return MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.encoder_attention_heads,
+        decoder_attention_heads=config.decoder_attention_heads,
+        encoder_ffn_dim=config.encoder_ffn_dim,
+        decoder_ffn_dim=config.decoder_ffn_dim,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        max_position_embeddings=config.max_position_embeddings,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+    )
+
+
+class TorchTransformerTranslator(nn.Module):
+    """A plain `torch.nn.Transformer` translation model of the same sizes: shared scaled embeddings, sinusoidal
+    positions, post-LN layers and a tied output projection. It has no incremental decoding cache, so greedy
+    decoding re-runs the decoder over the whole prefix at every step, as `nn.Transformer` users do."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=PAD)
+        self.register_buffer("positions", sinusoidal_position_encoding(config.max_position_embeddings, config.d_model))
+        self.scale = math.sqrt(config.d_model)
+        self.dropout = config.dropout
+        self.transformer = nn.Transformer(
+            d_model=config.d_model,
+            nhead=config.encoder_attention_heads,
+            num_encoder_layers=config.encoder_layers,
+            num_decoder_layers=config.decoder_layers,
+            dim_feedforward=config.encoder_ffn_dim,
+            dropout=config.dropout,
+            batch_first=True,
+        )
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(ids) * self.scale + self.positions[: ids.shape[1]]
+        return F.dropout(hidden, self.dropout, self.training)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.transformer.encoder(self._embed(input_ids), src_key_padding_mask=attention_mask == 0)
+
+    def decode(self, decoder_input_ids: torch.Tensor, memory: torch.Tensor, attention_mask: torch.Tensor):
+        length = decoder_input_ids.shape[1]
+        causal = nn.Transformer.generate_square_subsequent_mask(length, device=memory.device, dtype=memory.dtype)
+        hidden = self.transformer.decoder(
+            self._embed(decoder_input_ids),
+            memory,
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            memory_key_padding_mask=attention_mask == 0,
+        )
+        return hidden @ self.embed.weight.T
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids, labels) -> torch.Tensor:
+        logits = self.decode(decoder_input_ids, self.encode(input_ids, attention_mask), attention_mask)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+    @torch.no_grad()
+    def greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        memory = self.encode(input_ids, attention_mask)
+        output = torch.full((input_ids.shape[0], 1), BOS, dtype=torch.long, device=input_ids.device)
+        for _ in range(new_tokens):
+            logits = self.decode(output, memory, attention_mask)[:, -1]
+            logits[:, EOS] = -math.inf  # the same number of tokens as the other models
+            output = torch.cat((output, logits.argmax(-1, keepdim=True)), dim=1)
+        return output
+
+
+def build_benchmark_model(name: str, config: VanillaTransformerConfig, attn_implementation: str = "sdpa") -> nn.Module:
+    torch.manual_seed(0)
+    if name == "vanilla":
+        config._attn_implementation = attn_implementation
+        return VanillaTransformerForConditionalGeneration(config)
+    if name == "marian":
+        marian = marian_config(config)
+        marian._attn_implementation = attn_implementation
+        model = MarianMTModel(marian)
+        # Marian's own generation defaults ban the pad token (bad_words_ids) at every step; neither other model
+        # does, so compare the same search
+        model.generation_config = GenerationConfig(
+            pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, bos_token_id=BOS
+        )
+        return model
+    if name == "torch":
+        return TorchTransformerTranslator(config)
+    raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+
+
+def random_batch(
+    batch_size: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Random token ids with lengths between half and all of the given ones, padded on the right; labels end
+    with EOS and use -100 on padding."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def side(length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = torch.randint(max(length // 2, 1), length + 1, (batch_size,), generator=generator)
+        lengths[0] = length  # the batch is as long as asked
+        ids = torch.randint(EOS + 1, vocab_size, (batch_size, length), generator=generator)
+        mask = torch.arange(length)[None, :] < lengths[:, None]
+        ids[torch.arange(batch_size), lengths - 1] = EOS
+        return ids.masked_fill(~mask, PAD), mask.long()
+
+    input_ids, attention_mask = side(source_length)
+    labels, label_mask = side(target_length)
+    labels = labels.masked_fill(label_mask == 0, -100)
+    decoder_input_ids = torch.cat((torch.full((batch_size, 1), BOS), labels[:, :-1].clamp(min=PAD)), dim=1)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "decoder_input_ids": decoder_input_ids,
+        "labels": labels,
+    }
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) -> Callable[[], None]:
+    """One forward + backward + Adam step on `batch` (mixed precision by autocast when `dtype` is not float32),
+    with training's Adam (`paper_adam`)."""
+    device = next(model.parameters()).device
+    optimizer = paper_adam(model.parameters(), 1e-4, device)
+    model.train()
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(**batch) if name == "torch" else model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def generate_fn(
+    name: str, model: nn.Module, inputs: dict, new_tokens: int, num_beams: int, compiled: bool = False
+) -> Callable[[], None]:
+    """One `generate` call (greedy or beam search) of exactly `new_tokens` tokens; `compiled`: with a static cache
+    and the decoding step compiled by `torch.compile` (`CompileConfig(fullgraph=True, dynamic=False)`)."""
+    model.eval()
+    if name == "torch":
+        if num_beams > 1:
+            raise ValueError("nn.Transformer has no beam search")
+        return lambda: model.greedy(inputs["input_ids"], inputs["attention_mask"], new_tokens)
+    options = {"num_beams": num_beams, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
+    if num_beams > 1:
+        options.update(length_penalty=0.6, early_stopping=True)
+    if compiled:
+        compile_config = CompileConfig(fullgraph=True, dynamic=False)
+        compile_config._compile_all_devices = True  # transformers compiles on accelerators only, unless told
+        options.update(cache_implementation="static", compile_config=compile_config)
+    return lambda: model.generate(**inputs, **options)
+
+
+def ctranslate2_fns(
+    model: VanillaTransformerForConditionalGeneration, folder: str, device: torch.device
+) -> dict[str, Callable[[dict, int, int], Callable[[], None]]]:
+    """For each CTranslate2 row, a function of (inputs, new tokens, beams) that returns one `translate_batch` call
+    decoding exactly the tokens `generate_fn` does: the same sources (padding removed), the same threads, exactly
+    `new_tokens` tokens (`min_decoding_length`), the same |Y|^0.6 length penalty for beam search."""
+    import ctranslate2
+
+    from ..inference.ctranslate2_engine import convert
+
+    vocabulary = ["<pad>", "<s>", "</s>", *(f"t{i}" for i in range(EOS + 1, model.config.vocab_size))]
+    fns = {}
+    for name, quantization in CTRANSLATE2.items():
+        convert(model, vocabulary, vocabulary, f"{folder}/{name}", quantization)
+        translator = ctranslate2.Translator(
+            f"{folder}/{name}", device=device.type, intra_threads=torch.get_num_threads(), compute_type=quantization
+        )
+
+        def translate_fn(inputs: dict, new_tokens: int, num_beams: int, translator=translator) -> Callable[[], None]:
+            sources = [
+                [vocabulary[i] for i in row[mask.bool()].tolist()]
+                for row, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
+            ]
+            options = {"beam_size": num_beams, "length_penalty": 0.6 if num_beams > 1 else 0.0}
+            return lambda: translator.translate_batch(
+                sources, min_decoding_length=new_tokens, max_decoding_length=new_tokens, **options
+            )
+
+        fns[name] = translate_fn
+    return fns
+
+
+def measure(fn: Callable[[], None], device: torch.device, warmup: int = 1) -> float:
+    """Seconds of one call, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    _synchronize(device)
+    start = time.perf_counter()
+    fn()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def matmul_params(config: VanillaTransformerConfig) -> tuple[int, int, int]:
+    """Weights multiplied per source token (encoder), per target token (decoder, output projection included) and
+    per source token by the decoder's cross-attention keys and values."""
+    d = config.d_model
+    encoder = config.encoder_layers * (4 * d * d + 2 * d * config.encoder_ffn_dim)
+    cross_kv = config.decoder_layers * 2 * d * d
+    decoder = config.decoder_layers * (6 * d * d + 2 * d * config.decoder_ffn_dim) + d * config.vocab_size
+    return encoder, decoder, cross_kv
+
+
+def training_flops(config: VanillaTransformerConfig, batch: dict) -> float:
+    """Matmul FLOPs of forward + backward (3 × forward) on the padded batch, attention scores included."""
+    encoder, decoder, cross_kv = matmul_params(config)
+    batch_size, source = batch["input_ids"].shape
+    target = batch["labels"].shape[1]
+    d = config.d_model
+    weights = 2 * batch_size * ((encoder + cross_kv) * source + decoder * target)
+    attention = (
+        4 * batch_size * d * (config.encoder_layers * source**2 + config.decoder_layers * (target**2 + target * source))
+    )
+    return 3.0 * (weights + attention)
+
+
+def generation_flops(config: VanillaTransformerConfig, rows: int, source: int, new_tokens: int) -> float:
+    """Matmul FLOPs of cached decoding: the encoder and cross-attention keys/values once, then per token the
+    decoder's weights and attention over the source and the prefix."""
+    encoder, decoder, cross_kv = matmul_params(config)
+    d = config.d_model
+    once = 2 * rows * source * (encoder + cross_kv) + 4 * rows * d * config.encoder_layers * source**2
+    per_token = 2 * rows * decoder
+    attention = sum(4 * rows * d * config.decoder_layers * (source + t + 1) for t in range(new_tokens))
+    return once + per_token * new_tokens + attention
+
+
+def peak_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """The best FLOP/s of a square matmul, the machine's practical peak for this dtype."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    best = min(measure(lambda: a @ b, device) for _ in range(repeats))
+    return 2 * size**3 / best
+
+
+def run_speed(
+    config: VanillaTransformerConfig,
+    workloads: Workloads,
+    models: tuple[str, ...] = MODELS,
+    repeats: int = 5,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+    log: Callable[[str], None] = print,
+    compiled: bool = True,
+    ctranslate2: bool = True,
+) -> dict:
+    """tokens/s medians per workload and model; see the module docstring for what is counted. `compiled` adds
+    `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step;
+    `ctranslate2` adds this model exported to CTranslate2 in float32 and int8 (`CTRANSLATE2`)."""
+    device = torch.device(device)
+    built = {name: build_benchmark_model(name, config, attn_implementation).to(device) for name in models}
+    if dtype != torch.float32:  # generation runs in the low precision itself; training uses autocast
+        generators = {
+            name: build_benchmark_model(name, config, attn_implementation).to(device, dtype) for name in models
+        }
+    else:
+        generators = built
+
+    def generation_fns(inputs: dict, num_beams: int) -> dict[str, Callable[[], None]]:
+        fns = {
+            name: generate_fn(name, model, inputs, workloads.new_tokens, num_beams)
+            for name, model in generators.items()
+            if num_beams == 1 or name != "torch"
+        }
+        if compiled:
+            for name in ("vanilla", "marian"):
+                if name in generators:
+                    fns[f"{name}_compiled"] = generate_fn(
+                        name, generators[name], inputs, workloads.new_tokens, num_beams, compiled=True
+                    )
+        for name, translate_fn in exported.items():
+            fns[name] = translate_fn(inputs, workloads.new_tokens, num_beams)
+        return fns
+
+    exported = {}
+    if ctranslate2 and "vanilla" in built:
+        folder = tempfile.mkdtemp(prefix="benchmark-ctranslate2-")
+        exported = ctranslate2_fns(built["vanilla"], folder, device)
+
+    train_batch = {
+        k: v.to(device)
+        for k, v in random_batch(
+            workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
+        ).items()
+    }
+    train_tokens = int((train_batch["attention_mask"].sum() + (train_batch["labels"] != -100).sum()).item())
+
+    jobs: dict[str, tuple[int, float, dict[str, Callable[[], None]]]] = {}
+    train_fns = {name: train_step_fn(name, model, train_batch, dtype) for name, model in built.items()}
+    if compiled:  # the same models, a second copy each, trained through `torch.compile` (default settings)
+        for name in ("vanilla", "marian"):
+            if name in built:
+                model = build_benchmark_model(name, config, attn_implementation).to(device)
+                train_fns[f"{name}_compiled"] = train_step_fn(name, torch.compile(model), train_batch, dtype)
+    jobs["train"] = (train_tokens, training_flops(config, train_batch), train_fns)
+    for batch_size in workloads.greedy_batch_sizes:
+        inputs = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=batch_size)
+        inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
+        flops = generation_flops(config, batch_size, workloads.generate_source_length, workloads.new_tokens)
+        jobs[f"greedy_b{batch_size}"] = (batch_size * workloads.new_tokens, flops, generation_fns(inputs, 1))
+    inputs = random_batch(workloads.beam_batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=7)
+    inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
+    rows = workloads.beam_batch_size * workloads.num_beams
+    jobs[f"beam{workloads.num_beams}_b{workloads.beam_batch_size}"] = (
+        workloads.beam_batch_size * workloads.new_tokens,
+        generation_flops(config, rows, workloads.generate_source_length, workloads.new_tokens),
+        generation_fns(inputs, workloads.num_beams),
+    )
+
+    results: dict[str, dict] = {}
+    for job, (tokens, flops, fns) in jobs.items():
+        names = list(fns)
+        first_call: dict[str, float] = {}
+        for name, fn in fns.items():  # warm up every model before any timing; a compiled one compiles here
+            first_call[name] = measure(fn, device, warmup=0)
+        seconds: dict[str, list[float]] = {name: [] for name in names}
+        for repeat in range(repeats):
+            order = names[repeat % len(names) :] + names[: repeat % len(names)]
+            for name in order:
+                seconds[name].append(measure(fns[name], device, warmup=0))
+        results[job] = {
+            name: {
+                "median_seconds": statistics.median(times),
+                "tokens_per_second": tokens / statistics.median(times),
+                "flops_per_second": flops / statistics.median(times),
+                "seconds": times,
+                "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
+            }
+            for name, times in seconds.items()
+        }
+        log(
+            f"{job}: "
+            + ", ".join(f"{name} {result['tokens_per_second']:.0f} tok/s" for name, result in results[job].items())
+        )
+    if exported:
+        shutil.rmtree(folder)
+    return results
+
+
+def peak_training_memory(
+    name: str, config: VanillaTransformerConfig, workloads: Workloads, device: str = "cpu", steps: int = 3
+) -> int:
+    """Bytes of peak memory of `steps` training steps of one model, measured in a fresh process."""
+    code = (
+        "import json, sys, torch\n"
+        "from vanilla_transformer.experiments import benchmark as b\n"
+        "print(json.dumps(b._memory_child(*json.loads(sys.argv[1]))))\n"
+    )
+    args = json.dumps([name, config.to_dict(), workloads.__dict__, device, steps])
+    done = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the memory measurement of {name} failed:\n{done.stderr[-3000:]}")
+    return int(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: int) -> int:
+    config = VanillaTransformerConfig(**{k: v for k, v in config.items() if k not in ("transformers_version",)})
+    workloads = Workloads(**{k: tuple(v) if isinstance(v, list) else v for k, v in workloads.items()})
+    torch.set_num_threads(torch.get_num_threads())
+    batch = random_batch(
+        workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
+    )
+    if device == "cuda":
+        model = build_benchmark_model(name, config).to(device)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        torch.cuda.reset_peak_memory_stats()
+        step = train_step_fn(name, model, batch, torch.float32)
+        for _ in range(steps):
+            step()
+        return torch.cuda.max_memory_allocated()
+    # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM) to the current one, so the imports'
+    # own peak does not hide the model's
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    before = status_kib("VmRSS")
+    model = build_benchmark_model(name, config)
+    step = train_step_fn(name, model, batch, torch.float32)
+    for _ in range(steps):
+        step()
+    return (status_kib("VmHWM") - before) * 1024
+
+
+def status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}: peak CPU memory is measured on Linux only")
+
+
+def machine_description(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads"
+
+
+def ratios(results: dict, reference: str = "marian", subject: str = "vanilla") -> dict[str, float]:
+    return {
+        job: by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
+        for job, by_model in results.items()
+        if subject in by_model and reference in by_model
+    }
+
+
+DTYPE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
+
+
+def ratio_columns(speed: dict) -> list[tuple[str, str]]:
+    """The (subject, reference) pairs the table divides, where both rows exist: ours against Marian in each
+    precision, each precision of ours (eager and compiled) against our fp32 eager, and the CTranslate2 exports
+    against our PyTorch decoding."""
+    rows = {name for by_model in speed.values() for name in by_model}
+    pairs = [(f"vanilla{suffix}", f"marian{suffix}") for suffix in DTYPE_SUFFIX.values()]
+    pairs += [
+        (f"vanilla{variant}{suffix}", "vanilla") for suffix in ("_bf16", "_fp16") for variant in ("", "_compiled")
+    ]
+    pairs += [(name, "vanilla") for name in CTRANSLATE2]
+    return [(subject, reference) for subject, reference in pairs if subject in rows and reference in rows]
+
+
+def format_table(report: dict) -> str:
+    """A Markdown table: tokens/s per model and workload with its share of the matmul peak of its precision, and the
+    ratios of `ratio_columns`."""
+    speed = report["speed"]
+    models = list(dict.fromkeys(name for by_model in speed.values() for name in by_model))
+    columns = ratio_columns(speed)
+    header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " |"
+    header += "".join(f" {subject} / {reference} |" for subject, reference in columns)
+    lines = [header, "|" + "---|" * (len(models) + 1 + len(columns))]
+    for job, by_model in speed.items():
+        cells = [
+            f"{by_model[m]['tokens_per_second']:,.0f} ({by_model[m]['share_of_peak']:.1%})" if m in by_model else "n/a"
+            for m in models
+        ]
+        row = f"| {job} | " + " | ".join(cells) + " |"
+        for subject, reference in columns:
+            if subject in by_model and reference in by_model:
+                ratio = by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
+                row += f" {ratio:.2f}× |"
+            else:
+                row += " n/a |"
+        lines.append(row)
+    if report.get("memory"):
+        memory = report["memory"]
+        cells = [f"{memory[m] / 2**20:,.0f} MiB" if m in memory else "n/a" for m in models]
+        lines.append("| peak training memory (fp32) | " + " | ".join(cells) + " |" + " n/a |" * len(columns))
+    return "\n".join(lines)
+
+
+def run_benchmark(
+    config: VanillaTransformerConfig,
+    workloads: Workloads = Workloads(),
+    models: tuple[str, ...] = MODELS,
+    repeats: int = 5,
+    device: str = "cpu",
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,),
+    attn_implementation: str = "sdpa",
+    memory: bool = True,
+    log: Callable[[str], None] = print,
+    compiled: bool = True,
+    ctranslate2: bool = True,
+) -> dict:
+    """Everything the README's table needs: speeds in each of `dtypes` (bf16 and fp16 rows are named with a
+    suffix, `_bf16`: autocast for training, weights in that type for generation), the matmul peak of each, ratios,
+    peak training memory, the machine. CTranslate2 rows are measured with the float32 pass."""
+    device_type = torch.device(device)
+    peaks = {dtype: peak_matmul_flops(device_type, dtype) for dtype in dtypes}
+    for dtype, peak in peaks.items():
+        log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
+    speed: dict[str, dict] = {}
+    for dtype in dtypes:
+        part = run_speed(
+            config,
+            workloads,
+            models,
+            repeats,
+            device,
+            dtype,
+            attn_implementation,
+            log,
+            compiled,
+            ctranslate2 and dtype == torch.float32,
+        )
+        for job, by_model in part.items():
+            for name, result in by_model.items():
+                result["dtype"] = str(dtype).removeprefix("torch.")
+                result["share_of_peak"] = result["flops_per_second"] / peaks[dtype]
+                speed.setdefault(job, {})[f"{name}{DTYPE_SUFFIX[dtype]}"] = result
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine_description(device),
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "dtypes": [str(dtype).removeprefix("torch.") for dtype in dtypes],
+        "attn_implementation": attn_implementation,
+        "config": {
+            k: getattr(config, k)
+            for k in (
+                "vocab_size",
+                "d_model",
+                "encoder_layers",
+                "decoder_layers",
+                "encoder_ffn_dim",
+                "encoder_attention_heads",
+            )
+        },
+        "workloads": workloads.__dict__,
+        "repeats": repeats,
+        "peak_flops_per_second": {str(dtype).removeprefix("torch."): peak for dtype, peak in peaks.items()},
+        "speed": speed,
+        # subject / reference per workload: ours / Marian in each precision, bf16 / fp32, CTranslate2 / ours
+        "ratios": {
+            f"{subject} / {reference}": ratios(speed, reference, subject) for subject, reference in ratio_columns(speed)
+        },
+    }
+    if memory:
+        report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in models}
+        log("peak training memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in report["memory"].items()))
+    return report

@@ -1,0 +1,673 @@
+"""Loading a saved model folder, and every check on saved folders (config, weights, tokenizer, checksums, readiness
+for the Hub).
+
+Writing: `write_checksums` stores the SHA-256 of each safetensors file beside it as `<file>.sha256` (`sha256sum -c`
+reads it), so that a flipped bit in tensor data, which the safetensors format cannot see, is found later.
+
+Reading: `check_model_folder` looks at a folder before transformers does and raises a `ModelFolderError` that names
+the file and the problem: a config.json that is not JSON, is another model's, or lacks the fields that size the
+model; and weights that cannot be this model's (`weights_problems`, the one check of a folder's weights, which the
+push and checkpoint averaging call too): weights that exist only as a pickle (`pytorch_model.bin`: named, never
+opened, since unpickling runs arbitrary code); a truncated or corrupted safetensors file, or one that no longer
+matches its checksum; tensors the model class does not have, tensors it needs that are missing (transformers would
+initialise them at random), tensors of the wrong shape, and NaN, Inf or absurdly large values (a diverged run, a
+flipped exponent bit).
+`load_model_and_tokenizer` runs those checks (on a Hub model's download, `download_model`, as on a folder), loads
+with `use_safetensors=True`, and refuses a tokenizer that is not the model's: one whose fingerprint differs from the
+`tokenizer_fingerprint` recorded in config.json by training, or, in folders that predate it, one whose ids do not fit
+the model. The translate, evaluate, average and plot commands load through it.
+
+Before a push (`hub.plan_push`): `validate_folder` lists every reason a folder would not make a complete, safe model
+repo (config.json and its auto_map, the code files `CODE_FILES`, the weights, tokenizer, generation config, the
+card's metadata), and `find_pickles` finds a pickle anywhere under it, by name or by content.
+"""
+
+import ast
+import hashlib
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from huggingface_hub import ModelCard
+from huggingface_hub.errors import StrictDataclassError
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedConfig,
+    PreTrainedModel,
+)
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+from ..data.tokenization import load_tokenizer, tokenizer_fingerprint
+from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
+
+# the check the model itself runs on its weights after from_pretrained, so that a folder and a load agree
+from ..model.modeling_vanilla_transformer import bad_values
+
+CHECKSUM_SUFFIX = ".sha256"
+# what `export-ctranslate2` writes beside CTranslate2's own files (`ctranslate2_engine`): the mark of an export
+EXPORT_INFO = "export_info.json"
+# the fields that size the network: a config.json without one would silently get the paper's base-model default
+# (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
+REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
+# names under which PyTorch/NumPy/joblib write pickles (torch.save, joblib.dump, np.save of objects); loading one can
+# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one (`find_pickles`)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
+# the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# how many names an error lists before "and N more"
+LISTED = 5
+
+
+# what building a `VanillaTransformerConfig` from bad values raises (`@strict` validation wraps our ValueError)
+CONFIG_ERRORS = (ValueError, TypeError, StrictDataclassError)
+
+
+def config_error_message(error: Exception) -> str:
+    """The message of a config validation error: for `@strict` validation the one line of its cause, which names the
+    field, its value and the fix, rather than the wrapper's validator name."""
+    return str(error.__cause__) if isinstance(error, StrictDataclassError) and error.__cause__ else str(error)
+
+
+class ModelFolderError(ValueError):
+    """A saved model folder that cannot be loaded safely; the message names the file, the problem and the fix."""
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: str | Path) -> list[Path]:
+    """Write `<name>.sha256` (the `sha256sum` format) beside every `*.safetensors` file of `folder`; returns them."""
+    written = []
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        checksum = path.with_name(path.name + CHECKSUM_SUFFIX)
+        checksum.write_text(f"{file_sha256(path)}  {path.name}\n", encoding="utf-8")
+        written.append(checksum)
+    return written
+
+
+def check_config_file(path: str | Path) -> dict:
+    """The parsed config.json of a vanilla_transformer folder, or a `ModelFolderError` naming what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFolderError(f"{path} is missing; a model folder needs the config.json that save_pretrained writes.")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelFolderError(
+            f"{path} is not valid JSON ({error}); the file is truncated or corrupted: restore it from the folder it "
+            f"was copied from."
+        ) from None
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{path} holds a JSON {type(config).__name__}, not an object; it is not a config.json.")
+    model_type, expected = config.get("model_type"), VanillaTransformerConfig.model_type
+    if model_type != expected:
+        found = f"model_type={model_type!r}" if model_type is not None else "no model_type"
+        raise ModelFolderError(
+            f"{path} has {found} (expected {expected!r}): the folder does not hold this project's model. Pass "
+            f"a folder saved from VanillaTransformerForConditionalGeneration, or load other models with their own "
+            f"classes."
+        )
+    missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
+    if missing:
+        raise ModelFolderError(
+            f"{path} lacks {', '.join(missing)}: without them the model would be built with the base model's "
+            f"defaults and would not match the weights. Restore the config.json saved with the weights."
+        )
+    return config
+
+
+def check_safetensors_file(path: str | Path) -> None:
+    """Raise a `ModelFolderError` if `path` is not a complete, well-formed safetensors file (safetensors' own
+    validation, `safe_open`), or no longer matches the checksum stored beside it (`<name>.sha256`)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except Exception as error:  # safetensors raises its own SafetensorError, not an OSError
+        raise ModelFolderError(_safetensors_problem(path, error)) from None
+
+    checksum_path = path.with_name(path.name + CHECKSUM_SUFFIX)
+    if checksum_path.is_file():
+        expected = checksum_path.read_text(encoding="utf-8").split()[:1]
+        actual = file_sha256(path)
+        if expected != [actual]:
+            raise ModelFolderError(
+                f"{path} does not match its checksum in {checksum_path.name} (sha256 {actual[:16]}…, expected "
+                f"{(expected or ['nothing'])[0][:16]}…): the file changed after it was written (disk or copy "
+                f"corruption); restore it from a good copy. If you replaced it on purpose, delete {checksum_path.name}."
+            )
+
+
+def _safetensors_problem(path: Path, error: Exception) -> str:
+    """What is wrong with a file `safe_open` refused, read from its header: safetensors says "incomplete metadata,
+    file not fully covered" both for a file cut short and for one with bytes past its last tensor, and gives no sizes;
+    a user needs to know which (an interrupted write or copy is the usual cause) and by how much."""
+    size = path.stat().st_size
+    fix = "copy or download it again, or re-save the model"
+    with path.open("rb") as handle:
+        length_field = handle.read(8)
+        if len(length_field) < 8:
+            return f"{path} is truncated: {size} bytes, too few for a safetensors header; {fix}."
+        header_length = int.from_bytes(length_field, "little")
+        if header_length > size - 8:
+            return (
+                f"{path} is truncated or corrupted: its header length field says {header_length} bytes but only "
+                f"{size - 8} follow; {fix}."
+            )
+        try:
+            header = json.loads(handle.read(header_length))
+            data_end = max(
+                (int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"), default=0
+            )
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError) as problem:
+            return f"{path} has a corrupted header ({type(problem).__name__}: {problem}); {fix}."
+    data_size = size - 8 - header_length
+    if data_size < data_end:
+        return (
+            f"{path} is truncated: its header describes {data_end} bytes of tensor data but the file holds "
+            f"{data_size} (an interrupted write or copy); {fix}."
+        )
+    if data_size > data_end:
+        return f"{path} is corrupted: {data_size - data_end} bytes follow the last tensor its header describes; {fix}."
+    # dtypes, shapes and offsets that disagree with each other
+    return f"{path} is not a valid safetensors file ({error}); {fix}."
+
+
+def weight_files(folder: str | Path) -> list[Path]:
+    """The safetensors files holding a folder's weights. A folder with only pickled weights (`pytorch_model.bin`,
+    `*.pt`, ...) raises a `ModelFolderError` naming the file; the file is never opened."""
+    folder = Path(folder)
+    index = folder / SAFE_WEIGHTS_INDEX_NAME
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+            problem = f"{type(error).__name__}: {error}"
+            raise ModelFolderError(f"{index} is corrupted ({problem}); re-save the model.") from None
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise ModelFolderError(f"{index} lists {', '.join(missing)}, which {folder} lacks; copy the whole folder.")
+        return [folder / name for name in names]
+    if (folder / SAFE_WEIGHTS_NAME).is_file():
+        return [folder / SAFE_WEIGHTS_NAME]
+    pickles = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ModelFolderError(
+            f"{folder / pickles[0]} holds the weights as a pickle and {folder} has no {SAFE_WEIGHTS_NAME}; pickles "
+            f"can run arbitrary code when loaded, so this project never opens them. If you trust where the file comes "
+            f"from, convert it once in a throwaway environment: AutoModelForSeq2SeqLM.from_pretrained(folder, "
+            f"use_safetensors=False).save_pretrained(folder) writes {SAFE_WEIGHTS_NAME}."
+        )
+    raise ModelFolderError(
+        f"{folder} has no {SAFE_WEIGHTS_NAME}; a model folder needs the weights that save_pretrained writes."
+    )
+
+
+def check_model_folder(folder: str | Path) -> dict:
+    """Check a saved model folder before it is loaded (see the module docstring); returns its parsed config.json.
+    A CTranslate2 export (`export-ctranslate2`'s folder, with its own config.json) is named as one."""
+    folder = Path(folder)
+    check_is_folder(folder)
+    if (folder / EXPORT_INFO).is_file():
+        raise ModelFolderError(
+            f"{folder} is a CTranslate2 export (it holds {EXPORT_INFO}), which only the ctranslate2 engine loads: "
+            f"pass --engine ctranslate2 to translate or evaluate, or give the model folder it was exported from."
+        )
+    config = check_config_file(folder / "config.json")
+    problems = weights_problems(folder, config)
+    if problems:
+        raise ModelFolderError("\n".join(problems))
+    return config
+
+
+def check_is_folder(folder: str | Path) -> None:
+    """Raise a `ModelFolderError` unless `folder` is an existing folder, saying whether it is a file or absent."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise ModelFolderError(
+            f"{folder} is a file, expected a model folder (config.json, model.safetensors and the tokenizer files "
+            f"that save_pretrained writes); pass the folder that holds them, e.g. {folder.parent}."
+        )
+    raise ModelFolderError(
+        f"{folder} does not exist; pass a model folder written by save_pretrained (a run's final/ or checkpoint-N/), "
+        f"or a Hub id (owner/name)."
+    )
+
+
+def _listed(names: list[str]) -> str:
+    """The first `LISTED` names, comma-separated, and how many more there are."""
+    shown = ", ".join(names[:LISTED])
+    return shown if len(names) <= LISTED else f"{shown} and {len(names) - LISTED} more"
+
+
+class ExpectedTensors(NamedTuple):
+    """What a folder's weights must be, for one config.json (see `expected_tensors`)."""
+
+    model_class: str
+    shapes: dict[str, tuple[int, ...]]  # every tensor of the model's state dict
+    optional: set[str]  # those that may be absent: tied weights, and what the class does without
+    ignored: list[str]  # patterns of extra names the class accepts (`_keys_to_ignore_on_load_unexpected`)
+
+
+def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json") -> ExpectedTensors:
+    """The tensors a folder with this config.json must hold, from the model class `AutoModelForSeq2SeqLM` builds on
+    the meta device (no memory, no initialisation). Tied weights may be absent: save_pretrained stores one of each
+    tied group (`model.shared.weight`, not `lm_head.weight` nor the encoder's and decoder's embeddings). `source`
+    names the config in errors."""
+    if isinstance(config, dict):
+        try:
+            config = VanillaTransformerConfig.from_dict(config)
+        except CONFIG_ERRORS as error:
+            raise ModelFolderError(
+                f"{source} describes no valid model ({config_error_message(error)}); restore the config.json saved "
+                f"with the weights."
+            ) from None
+    with torch.device("meta"):
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    optional = set(tied)
+    for pattern in [*(model._keys_to_ignore_on_load_missing or []), *(model._keys_to_ignore_on_save or [])]:
+        optional |= {name for name in shapes if re.search(pattern, name)}
+    ignored = list(model._keys_to_ignore_on_load_unexpected or [])
+    return ExpectedTensors(type(model).__name__, shapes, optional, ignored)
+
+
+def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
+    """Every reason the weights of `folder` cannot be this model's (an empty list when they can). This is the one
+    check of a folder's weights: loading (`check_model_folder`, for a folder here or a Hub download), pushing
+    (`validate_folder`) and averaging (`checkpoints.average_checkpoints`) all call it.
+
+    In three stages, each only when the one before found nothing: the files (`weight_files`: safetensors, never
+    pickles; each complete and matching its `.sha256`, `check_safetensors_file`); the tensors' names and shapes
+    against the model class `config` builds: names it lacks (unexpected: transformers would drop them), names it
+    needs and cannot find (missing: transformers would initialise them at random), shapes other than the config
+    implies; and floating-point values that are NaN, infinite, or of magnitude >= 2^64 (`bad_values`). Tensors are
+    read one at a time."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    try:
+        files = weight_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
+    problems = []
+    for path in files:
+        try:
+            check_safetensors_file(path)
+        except ModelFolderError as error:
+            problems.append(str(error))
+    if problems:
+        return problems
+    try:
+        expected = expected_tensors(config, str(folder / "config.json"))
+    except ModelFolderError as error:
+        return [str(error)]
+    shapes = expected.shapes
+    fix = "restore the folder from a good copy (or the checkpoint it was made from), or re-save the model"
+    found: dict[str, tuple[Path, tuple[int, ...]]] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():
+                found[name] = (path, tuple(handle.get_slice(name).get_shape()))
+    unexpected = sorted(
+        name for name in found if name not in shapes and not any(re.search(p, name) for p in expected.ignored)
+    )
+    if unexpected:
+        where = ", ".join(sorted({found[name][0].name for name in unexpected}))
+        problems.append(
+            f"{folder} holds {len(unexpected)} tensor(s) that {expected.model_class} with its config.json lacks "
+            f"({_listed(unexpected)}) in {where}: the weights belong to another model or another configuration, and "
+            f"transformers would silently drop them. Pass the config.json saved with these weights, or {fix}."
+        )
+    missing = sorted(name for name in shapes if name not in found and name not in expected.optional)
+    if missing:
+        problems.append(
+            f"{folder} lacks {len(missing)} tensor(s) of the model ({_listed(missing)}) in "
+            f"{', '.join(path.name for path in files)}: transformers would initialise them at random and the model "
+            f"would translate differently. The file was cut or edited; {fix}."
+        )
+    wrong = [
+        f"{name} is {list(shape)} in {path.name}, expected {list(shapes[name])}"
+        for name, (path, shape) in sorted(found.items())
+        if name in shapes and shape != shapes[name]
+    ]
+    if wrong:
+        problems.append(
+            f"{folder} holds {len(wrong)} tensor(s) whose shape does not match its config.json: {_listed(wrong)}. "
+            f"The weights come from a model of another size; pass the config.json saved with them, or {fix}."
+        )
+    if problems:
+        return problems
+    bad = []
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():
+                if problem := bad_values(handle.get_tensor(name)):
+                    bad.append((path, f"{name} ({problem})"))
+    if bad:
+        where = ", ".join(str(path) for path in sorted({path for path, _ in bad}))
+        problems.append(
+            f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}. "
+            f"NaN and Inf come from a run that diverged (or overflowed in float16), huge values from a corrupted "
+            f"file (a flipped exponent bit); the model would translate to empty or garbage lines. Restore the folder "
+            f"from a good copy, use a checkpoint saved before the loss became NaN, or train again with a lower "
+            f"learning rate or more warmup."
+        )
+    return problems
+
+
+def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
+    """Raise a `ModelFolderError` if the tokenizer can produce ids the model has no embedding for, or if the two
+    disagree on the padding or end-of-sentence id (the model would then read or stop at the wrong token)."""
+    size = len(tokenizer)
+    if size > config.vocab_size:
+        raise ModelFolderError(
+            f"The tokenizer of {source} (tokenizer.json) has {size} tokens but the model's config.json has "
+            f"vocab_size={config.vocab_size}: ids from {config.vocab_size} up would index past the embedding matrix. "
+            f"Use the tokenizer saved with this model, or resize the model (model.resize_token_embeddings({size})) "
+            f"and train it further."
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        tokenizer_id, model_ids = getattr(tokenizer, name), getattr(config, name, None)
+        model_ids = model_ids if isinstance(model_ids, list) else [model_ids]
+        if tokenizer_id is not None and None not in model_ids and tokenizer_id not in model_ids:
+            raise ModelFolderError(
+                f"The tokenizer of {source} has {name}={tokenizer_id} but the model's config.json has "
+                f"{name}={model_ids[0] if len(model_ids) == 1 else model_ids}; use the tokenizer saved with this model."
+            )
+
+
+def check_tokenizer_files(folder: str | Path) -> None:
+    """Raise a `ModelFolderError` naming the tokenizer files (`TOKENIZER_FILES`) a model folder lacks."""
+    folder = Path(folder)
+    missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ModelFolderError(
+            f"{folder} lacks {' and '.join(missing)}: a model folder needs the tokenizer saved with the model, whose "
+            f"ids the weights were trained on. Copy {' and '.join(missing)} from the training run's tokenizer/ folder "
+            f"(or the checkpoint the weights came from) into {folder}, or call tokenizer.save_pretrained on it."
+        )
+
+
+def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
+    """Raise a `ModelFolderError` if the tokenizer is not the one the model was trained with: its
+    `tokenizer_fingerprint` differs from the one training recorded in config.json. Folders that record none (saved
+    before the fingerprint existed) get the weaker `check_tokenizer_fits_model` only."""
+    recorded = getattr(config, "tokenizer_fingerprint", None)
+    if recorded is not None:
+        actual = tokenizer_fingerprint(tokenizer)
+        if actual != recorded:
+            raise ModelFolderError(
+                f"The tokenizer of {source} (tokenizer.json) is not the one the model was trained with: its "
+                f"fingerprint is {actual[:16]}… but {source}/config.json records tokenizer_fingerprint="
+                f"{recorded[:16]}…, so the ids would stand for other tokens and the output would be garbage. Copy "
+                f"tokenizer.json and tokenizer_config.json from the training run's tokenizer/ folder (or the "
+                f"checkpoint the weights came from) into {source}."
+            )
+    check_tokenizer_fits_model(tokenizer, config, source)
+
+
+# what loading reads of a Hub model: config and generation config, weights and their checksums, the tokenizer
+# files; never a pickle, and no code (the installed package runs its own)
+DOWNLOADED_FILES = ("*.json", "*.safetensors", "*" + CHECKSUM_SUFFIX, "*.txt")
+
+
+def download_model(repo_id: str) -> Path:
+    """The folder in the local cache holding the files of Hub model `repo_id` that loading reads (`DOWNLOADED_FILES`,
+    with `huggingface_hub.snapshot_download`: offline, the cached copy), so that a Hub model is checked before it is
+    loaded exactly as a folder is."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=list(DOWNLOADED_FILES)))
+    except (OSError, ValueError) as error:  # the Hub's refusals, the network's, offline mode; an invalid id
+        # the client's message ends in advice about the internet connection; say first what was looked for
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelFolderError(
+            f"{repo_id} is not a folder here, and no Hub model of that id could be loaded ({reason}). Give the path of "
+            f"a saved model folder, or a Hub id (owner/name) with the network reachable or the model in the cache."
+        ) from error
+
+
+def load_model_and_tokenizer(
+    name_or_path: str | Path, device: str | None = None, dtype: torch.dtype | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model (in eval mode, on `device` if given, its weights in `dtype` if given, else as saved) and tokenizer
+    of a saved folder or Hub id.
+
+    The folder (for a Hub id, its download, `download_model`) is checked before transformers reads it
+    (`check_model_folder`: config, safetensors files, checksums, tensor names, shapes and values;
+    `check_tokenizer_files`), and the tokenizer must be the model's (`check_tokenizer_matches_model`). Only
+    safetensors weights are loaded. A path that exists as a file, or a path-like name that does not exist, is named
+    as such rather than looked up on the Hub."""
+    path = Path(name_or_path)
+    text = str(name_or_path)
+    local = path.exists() or path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1 or "\\" in text
+    if not local:
+        path = download_model(text)
+    try:
+        check_model_folder(path)
+        check_tokenizer_files(path)
+    except ModelFolderError as error:
+        if local:
+            raise
+        raise ModelFolderError(
+            f"The Hub model {text} cannot be loaded; ask its owner to fix the upload, or use another revision:\n{error}"
+        ) from None
+    tokenizer = load_tokenizer(path)
+    # the values were checked above, with this package's messages; the model's own check would only repeat them
+    model = AutoModelForSeq2SeqLM.from_pretrained(
+        path, use_safetensors=True, dtype=dtype, refuse_impossible_weights=False
+    )
+    check_tokenizer_matches_model(tokenizer, model.config, text)
+    if device is not None:
+        model.to(device)
+    return model.eval(), tokenizer
+
+
+# -- is a folder ready for the Hub ----------------------------------------------------------------------------------
+# What `hub.plan_push` checks before anything is sent: the folder as a model repo (config, auto_map and code files,
+# weights that load, tokenizer, generation config, card metadata), and no pickle anywhere under it.
+
+# the remote code a folder carries for `trust_remote_code=True`, and the Auto classes its config.json's auto_map names
+CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "generation_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+)
+AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
+
+
+def _defined_classes(path: Path) -> set[str]:
+    return {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
+
+
+def _imported_packages(path: Path) -> set[str]:
+    """Top-level packages a file imports absolutely (relative `from .x import` stays inside the repo)."""
+    packages = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            packages.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            packages.add(node.module.split(".")[0])
+    return packages
+
+
+def _check_code(folder: Path, config: dict) -> list[str]:
+    """The code files are there, import nothing a downloader lacks, and define what config.json's auto_map names."""
+    problems = []
+    for name in CODE_FILES:
+        code = folder / name
+        if not code.is_file():
+            problems.append(
+                f"{name} is missing: without it `trust_remote_code=True` cannot load the model; save with "
+                f"`import vanilla_transformer` done first (it registers the classes for remote code)."
+            )
+        elif "vanilla_transformer" in _imported_packages(code):
+            problems.append(f"{name} imports the vanilla_transformer package, which a downloader does not have.")
+    auto_map = config.get("auto_map") or {}
+    for auto_class in AUTO_CLASSES:
+        reference = auto_map.get(auto_class)
+        if reference is None:
+            problems.append(
+                f"config.json's auto_map has no {auto_class} entry (it has {sorted(auto_map)}): save with "
+                f"`import vanilla_transformer` done first, which registers all three Auto classes."
+            )
+            continue
+        module, _, class_name = reference.rpartition(".")
+        code = folder / f"{module}.py"
+        if code.is_file() and class_name not in _defined_classes(code):
+            problems.append(f"config.json's auto_map names {reference}, but {code.name} defines no {class_name}.")
+        elif not code.is_file() and f"{module}.py" not in CODE_FILES:
+            problems.append(f"config.json's auto_map names {reference}, but {module}.py is not in the folder.")
+    return problems
+
+
+def _check_tokenizer(folder: Path, config: dict) -> list[str]:
+    """The tokenizer files are there, load, and fit the model (`check_tokenizer_fits_model`)."""
+    try:
+        check_tokenizer_files(folder)
+    except ModelFolderError as error:
+        return [str(error)]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as error:  # noqa: BLE001
+        return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
+    try:
+        check_tokenizer_fits_model(tokenizer, VanillaTransformerConfig.from_dict(config), str(folder))
+    except ModelFolderError as error:
+        return [str(error)]
+    except CONFIG_ERRORS:
+        pass  # a config.json that describes no model is named once, by `weights_problems`
+    return []
+
+
+def _check_card(folder: Path) -> list[str]:
+    path = folder / "README.md"
+    if not path.is_file():
+        return [
+            "README.md (the model card) is missing and no training record (results.json, or the run's "
+            "trainer_state.json and preset.json) was found to render one from the card template: write one or "
+            "release the run with `vanilla-transformer release` (scripts/release.py)."
+        ]
+    try:
+        data = ModelCard.load(path).data
+    except Exception as error:  # noqa: BLE001
+        return [f"README.md's YAML metadata does not parse: {error}"]
+    problems = []
+    for field, example in (("license", "apache-2.0"), ("language", "[en, de]")):
+        if not getattr(data, field, None):
+            problems.append(f"README.md's metadata has no `{field}` (e.g. `{field}: {example}`).")
+    if not data.eval_results:
+        problems.append("README.md's metadata has no `model-index` results: add the measured scores.")
+    return problems
+
+
+def _resolves_inside(path: Path, root: Path) -> bool:
+    """Whether `path`, its links followed, lies under `root` (a resolved folder); a link loop counts as outside."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11, 3.12)
+        return False
+
+
+def _is_pickle(path: Path, *, read: bool = True) -> bool:
+    if path.name.endswith(PICKLE_SUFFIXES):
+        return True
+    if not read or path.suffix == ".safetensors":  # a safetensors header length is checked by loading it instead
+        return False
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # the PROTO opcode of pickle protocols 2-5
+        return True
+    if zipfile.is_zipfile(path):  # torch.save's format: a zip archive holding data.pkl
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith(".pkl") for name in archive.namelist())
+    return False
+
+
+def find_pickles(folder: str | Path) -> list[Path]:
+    """Files anywhere under `folder` that are (or are named like) pickles: `torch.save` output, `.bin`, `.pkl`, ...
+
+    A link to a file outside the folder is judged by its name only: its target is never opened."""
+    folder = Path(folder)
+    root = folder.resolve()
+    return [
+        path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and _is_pickle(path, read=_resolves_inside(path, root))
+    ]
+
+
+def _pickle_problems(folder: Path) -> list[str]:
+    return [
+        f"{path.relative_to(folder)} is a pickle (loading it runs arbitrary code): remove it; the weights belong in "
+        f"model.safetensors."
+        for path in find_pickles(folder)
+    ]
+
+
+def validate_folder(folder: str | Path) -> list[str]:
+    """Every reason the folder would not make a complete, safe model repo; an empty list when it is ready."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return [
+            f"{folder} is not a folder: pass the folder written by save_pretrained or `vanilla-transformer release`."
+        ]
+    return _pickle_problems(folder) + _check_contents(folder)
+
+
+def _check_contents(folder: Path) -> list[str]:
+    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
+    try:
+        config = check_config_file(folder / "config.json")
+    except ModelFolderError as error:
+        problems = [str(error)]  # the code's auto_map, the weights and the tokenizer cannot be judged without it
+    else:
+        problems = _check_code(folder, config) + weights_problems(folder, config) + _check_tokenizer(folder, config)
+    if not (folder / "generation_config.json").is_file():
+        problems.append(
+            "generation_config.json is missing: it carries the paper's decoding; `save_pretrained` writes it."
+        )
+    else:
+        try:
+            GenerationConfig.from_pretrained(folder)
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"generation_config.json does not load: {error}")
+    return problems + _check_card(folder)
+
+
+__all__ = [
+    "ModelFolderError",
+    "check_config_file",
+    "check_is_folder",
+    "download_model",
+    "check_model_folder",
+    "check_safetensors_file",
+    "check_tokenizer_files",
+    "check_tokenizer_fits_model",
+    "check_tokenizer_matches_model",
+    "weights_problems",
+    "expected_tensors",
+    "find_pickles",
+    "load_model_and_tokenizer",
+    "validate_folder",
+    "weight_files",
+    "write_checksums",
+]

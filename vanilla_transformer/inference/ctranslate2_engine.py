@@ -1,0 +1,383 @@
+"""The CTranslate2 engine: export a saved model folder to CTranslate2, and translate with the export.
+
+CTranslate2 runs Transformer inference in C++ with int8 weights on the CPU; its `TransformerSpec` describes the
+model of the paper (§3) layer by layer, so the export fills that spec from our modules with ctranslate2's own
+`Converter` machinery (`validate`, `optimize` for quantization, `save`), as its Marian and fairseq converters do.
+What the spec cannot express is refused by name; what it expresses differently is mapped:
+
+- positions (§3.5): CTranslate2's built-in sinusoid matches neither our interleaved nor our halves layout, so every
+  export carries an explicit table, computed by the model's own `sinusoidal_position_encoding` (or the learned
+  table): `max_positions` rows (default max(max_position_embeddings, 1024)); a sentence or translation longer
+  than that cannot be decoded by the export, where our PyTorch model extends its sinusoid to any length;
+- embedding scale √d_model (§3.4), post-LN or pre-LN, attention biases or none, shared or separate embeddings,
+  tied or untied output projection, the activation and the LayerNorm epsilon map one to one;
+- the source already ends in </s> (our tokenizer adds it), the decoder starts from `decoder_start_token_id`.
+
+Decoding (§6.1) with the export (`translate_with_ctranslate2`): the folder's beam size; the maximum length input
++ 50 per sentence (CTranslate2 takes one limit per call: see the function for how each sentence gets its own); the
+GNMT length penalty ((5 + |Y|) / 6)^α applied by rescoring: CTranslate2's own `length_penalty` divides by |Y|^α, so
+the beam search runs without one, returns its `num_beams` finished hypotheses with their summed log-probabilities,
+and the best after dividing by the GNMT penalty is kept. Unlike our beam search, CTranslate2 stops a sentence
+once `num_beams` hypotheses have finished, not when no running hypothesis can still win.
+
+`ctranslate2` is an optional dependency (the extra `ctranslate2`: `pip install ".[ctranslate2]"` in a checkout).
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from ..files.loading import EXPORT_INFO, ModelFolderError, load_model_and_tokenizer
+from ..files.outputs import check_not_an_input, check_output_folder, staged_folder
+from ..model.generation_vanilla_transformer import gnmt_length_penalty
+from ..model.modeling_vanilla_transformer import sinusoidal_position_encoding
+
+# the weight types CTranslate2 converts to (`ctranslate2.converters.Converter.convert`)
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
+MIN_POSITIONS = 1024
+TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which a tokenizer loader would misread
+INSTALL = 'pip install "ctranslate2>=4.5" (or, in a checkout, pip install ".[ctranslate2]")'
+
+
+class ExportError(ValueError):
+    """A model CTranslate2 cannot run as it is; the message names the field and what to do."""
+
+
+class CTranslate2Unavailable(ImportError):
+    """The optional `ctranslate2` package is not installed; the message says how to install it."""
+
+
+def import_ctranslate2():
+    """The `ctranslate2` module, or an `ImportError` that says how to install it."""
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise CTranslate2Unavailable(f"the CTranslate2 engine needs the ctranslate2 package: {INSTALL}") from error
+    return ctranslate2
+
+
+def vocabulary(tokenizer: PreTrainedTokenizerBase, size: int, side: str) -> list[str]:
+    """The `size` token strings of one side's embedding rows, in id order, as CTranslate2 maps strings to ids; rows
+    past the tokenizer's last id (never produced) get unique placeholder names."""
+    count = len(tokenizer)
+    if count > size:
+        raise ExportError(
+            f"the tokenizer has {count} tokens but the model's {side} vocabulary has {size} rows: ids >= {size} "
+            f"could not be embedded; export the folder with the tokenizer the model was trained with."
+        )
+    tokens = tokenizer.convert_ids_to_tokens(list(range(count)))
+    if any(not token for token in tokens):
+        raise ExportError(f"the tokenizer has no token string for id {[not t for t in tokens].index(True)}.")
+    taken = set(tokens)
+    if len(taken) != len(tokens):
+        raise ExportError("the tokenizer maps two ids to the same token string, which CTranslate2 cannot tell apart.")
+    for index in range(count, size):
+        filler = f"<unused_{index}>"
+        while filler in taken:
+            filler = f"<{filler}>"
+        tokens.append(filler)
+        taken.add(filler)
+    return tokens
+
+
+def exported_positions(config, max_positions: int | None = None) -> int:
+    """The rows of the position table an export holds: a learned table as it is, else `max_positions` rows of the
+    sinusoid (default max(max_position_embeddings, 1024))."""
+    if config.position_encoding == "learned":
+        return config.max_position_embeddings
+    return max_positions or max(config.max_position_embeddings, MIN_POSITIONS)
+
+
+def _position_table(model: PreTrainedModel, stack: torch.nn.Module, max_positions: int) -> torch.Tensor:
+    config = model.config
+    if config.position_encoding == "learned":
+        return stack.embed_positions.weight
+    interleaved = config.position_encoding == "sinusoidal"
+    return sinusoidal_position_encoding(max_positions, config.d_model, interleaved)
+
+
+def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_vocabulary: list[str], max_positions: int):
+    """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights (float32, before quantization)."""
+    import_ctranslate2()
+    from ctranslate2.converters.utils import fuse_linear
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    activations = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,  # the exact (erf) GELU, as transformers' "gelu"
+        "gelu_new": common_spec.Activation.GELUTanh,
+        "silu": common_spec.Activation.SWISH,
+        "swish": common_spec.Activation.SWISH,
+    }
+    config = model.config
+    if config.activation_function not in activations:
+        raise ExportError(
+            f"activation_function={config.activation_function!r} has no CTranslate2 equivalent; it runs "
+            f"{', '.join(activations)}."
+        )
+    for heads in (config.encoder_attention_heads, config.decoder_attention_heads):
+        if config.d_model % heads or config.head_dims(heads) != (config.d_model // heads,) * 2:
+            raise ExportError(
+                f"d_k={config.head_dims(heads)[0]} and d_v={config.head_dims(heads)[1]} (qk_head_dim, v_head_dim) with "
+                f"{heads} heads are not d_model / heads = {config.d_model / heads:g}, and CTranslate2's attention "
+                f"splits d_model evenly among the heads: this model cannot be exported; translate it with PyTorch."
+            )
+    # pre-LN: each stack ends in a LayerNorm, as ours; post-LN (the paper): none
+    stack_options = {"pre_norm": config.normalize_before, "activation": activations[config.activation_function]}
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.encoder_attention_heads, **stack_options),
+        transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.decoder_attention_heads, **stack_options),
+    )
+
+    def weights(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().to("cpu", torch.float32).contiguous().clone()
+
+    def linear(target, module: torch.nn.Module) -> None:
+        target.weight = weights(module.weight)
+        if module.bias is not None:
+            target.bias = weights(module.bias)
+
+    def layer_norm(target, module: torch.nn.LayerNorm) -> None:
+        target.gamma, target.beta = weights(module.weight), weights(module.bias)
+
+    def attention(target, module: torch.nn.Module, cross: bool) -> None:
+        projections = [common_spec.LinearSpec() for _ in range(3)]
+        for projection, source in zip(projections, (module.q_proj, module.k_proj, module.v_proj), strict=True):
+            linear(projection, source)
+        if cross:  # queries from the decoder, keys and values from the encoder output
+            fuse_linear(target.linear[0], projections[:1])
+            fuse_linear(target.linear[1], projections[1:])
+        else:
+            fuse_linear(target.linear[0], projections)
+        linear(target.linear[-1], module.out_proj)
+
+    encoder, decoder = model.get_encoder(), model.get_decoder()
+    for stack_spec, stack in ((spec.encoder, encoder), (spec.decoder, decoder)):
+        stack_spec.scale_embeddings = float(stack.embed_scale)
+        stack_spec.position_encodings.encodings = weights(_position_table(model, stack, max_positions))
+        embeddings = stack_spec.embeddings[0] if isinstance(stack_spec.embeddings, list) else stack_spec.embeddings
+        embeddings.weight = weights(stack.embed_tokens.weight)
+        if config.normalize_before:
+            layer_norm(stack_spec.layer_norm, stack.layer_norm)
+    for layer_spec, layer in zip(spec.encoder.layer, encoder.layers, strict=True):
+        attention(layer_spec.self_attention, layer.self_attn, cross=False)
+        layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+        linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+    for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
+        attention(layer_spec.self_attention, layer.self_attn, cross=False)
+        layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+        attention(layer_spec.attention, layer.encoder_attn, cross=True)
+        layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
+        linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+    linear(spec.decoder.projection, model.get_output_embeddings())  # tied or not: CTranslate2 stores equal ones once
+
+    spec.register_source_vocabulary(source_vocabulary)
+    spec.register_target_vocabulary(target_vocabulary)
+    eos_token_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    spec.config.layer_norm_epsilon = float(config.layer_norm_eps)  # else CTranslate2's own default
+    spec.config.eos_token = target_vocabulary[eos_token_id]
+    spec.config.bos_token = target_vocabulary[config.decoder_start_token_id]
+    spec.config.decoder_start_token = target_vocabulary[config.decoder_start_token_id]
+    spec.config.unk_token = target_vocabulary[config.pad_token_id]  # our byte-level BPE has no unknown token
+    spec.config.add_source_bos = spec.config.add_source_eos = False  # the tokenizer adds </s> itself
+    return spec
+
+
+def convert(
+    model: PreTrainedModel,
+    source_vocabulary: list[str],
+    target_vocabulary: list[str],
+    folder: str | Path,
+    quantization: str = "float32",
+    max_positions: int = MIN_POSITIONS,
+) -> None:
+    """Write `model` as a CTranslate2 model into `folder`, which it replaces whole, with ctranslate2's `Converter`
+    (validation, quantization to `quantization`, saving)."""
+    import_ctranslate2()
+    from ctranslate2.converters.converter import Converter
+
+    if quantization not in QUANTIZATIONS:
+        raise ExportError(f"quantization={quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}.")
+
+    class VanillaTransformerConverter(Converter):
+        def _load(self):
+            return model_spec(model, source_vocabulary, target_vocabulary, max_positions)
+
+    VanillaTransformerConverter().convert(str(folder), quantization=quantization, force=True)
+
+
+def export_ctranslate2(
+    model_dir: str | Path,
+    output_dir: str | Path,
+    quantization: str = "float32",
+    max_positions: int | None = None,
+    overwrite: bool = False,
+    command: str = "export-ctranslate2",
+) -> Path:
+    """Export the model folder `model_dir` (checked and loaded as every command loads it) to a CTranslate2 model in
+    `output_dir`, with weights in `quantization`, the tokenizer under `tokenizer/`, the decoding settings of its
+    generation config and what it was exported from in `export_info.json`, and a README. `output_dir` is written
+    beside its place and replaces it whole, as every output of ours (`outputs.staged_folder`). An `output_dir` that
+    is, holds or lies inside `model_dir` (through links too) is refused before any work, `overwrite` or not."""
+    local = Path(model_dir).expanduser()
+    check_not_an_input(output_dir, [("MODEL_DIR", local if local.is_dir() else None)], flag="OUTPUT_DIR")
+    check_output_folder(output_dir, "ctranslate2", overwrite, flag="OUTPUT_DIR")
+    ctranslate2 = import_ctranslate2()
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    config = model.config
+    max_positions = exported_positions(config, max_positions)
+    source = vocabulary(tokenizer, config.vocab_size, "source")
+    target = vocabulary(tokenizer, config.decoder_vocab_size, "target")
+    generation = model.generation_config
+    info = {
+        "exported_from": str(model_dir),
+        "model_type": config.model_type,
+        "quantization": quantization,
+        "max_positions": max_positions,
+        "ctranslate2_version": ctranslate2.__version__,
+        "decoding": {
+            "num_beams": generation.num_beams or 1,
+            "length_penalty": generation.length_penalty,
+            "length_penalty_form": getattr(generation, "length_penalty_form", "hf"),
+            "max_new_tokens_over_input": getattr(generation, "max_new_tokens_over_input", None),
+        },
+    }
+    with staged_folder(output_dir, "ctranslate2", command, overwrite, flag="OUTPUT_DIR") as staging:
+        # the converter replaces the folder it is given: our own fresh staging folder, never `output_dir`
+        convert(model, source, target, staging, quantization, max_positions)
+        tokenizer.save_pretrained(staging / TOKENIZER_FOLDER)
+        (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (staging / "README.md").write_text(_readme(info, Path(output_dir).name), encoding="utf-8")
+    return Path(output_dir)
+
+
+def _readme(info: dict, name: str) -> str:
+    decoding = info["decoding"]
+    return (
+        f"# {name}\n\n"
+        f"A CTranslate2 export (weights: {info['quantization']}) of the vanilla_transformer model "
+        f"`{info['exported_from']}`, made with ctranslate2 {info['ctranslate2_version']}. `{EXPORT_INFO}` records "
+        f"what it was exported from and the decoding of its generation config: beam {decoding['num_beams']}, "
+        f"length penalty {decoding['length_penalty_form']} α = {decoding['length_penalty']}, at most input length + "
+        f"{decoding['max_new_tokens_over_input']} tokens.\n\n"
+        f"    vanilla-transformer translate --engine ctranslate2 --model {name} --input source.txt\n\n"
+        f"The tokenizer is in `{TOKENIZER_FOLDER}/`. Sentences and translations may have up to "
+        f"{info['max_positions']} tokens (the positions the export holds); export again with `--max-positions` "
+        f"for longer ones.\n"
+    )
+
+
+def load_ctranslate2(folder: str | Path, device: str = "cpu", threads: int = 0):
+    """The `ctranslate2.Translator` of an export, its tokenizer and its `export_info.json`."""
+    ctranslate2 = import_ctranslate2()
+    from transformers import PreTrainedTokenizerFast
+
+    folder = Path(folder)
+    info_path = folder / EXPORT_INFO
+    if not info_path.is_file() or not (folder / "model.bin").is_file():
+        raise ModelFolderError(
+            f"{folder} is not a CTranslate2 export of ours (it has no {EXPORT_INFO} or model.bin): export the model "
+            f"folder first, `vanilla-transformer export-ctranslate2 {folder} {folder.name}-ctranslate2`, and pass "
+            f"the export's folder."
+        )
+    if not (folder / TOKENIZER_FOLDER / "tokenizer.json").is_file():
+        raise ModelFolderError(
+            f"{folder / TOKENIZER_FOLDER} holds no tokenizer.json: export the model folder again, with its tokenizer."
+        )
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda"):
+        raise ExportError(f"--device {device}: CTranslate2 runs on cpu or cuda; use --engine pytorch for {kind}.")
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    translator = ctranslate2.Translator(str(folder), device=kind, device_index=int(index or 0), intra_threads=threads)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder / TOKENIZER_FOLDER))
+    return translator, tokenizer, info
+
+
+def translate_with_ctranslate2(
+    translator,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    info: dict,
+    batch_size: int = 64,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+) -> list[str]:
+    """Translate `sentences` with an export's `translator`, one output string per input in input order, with the
+    decoding of §6.1 recorded in its `export_info.json` (`info`); `num_beams` and `length_penalty` override it.
+
+    As `translate`: sentences are sorted by length and cut into batches of `batch_size`, an empty line translates
+    to an empty string, text that spells a special token is tokenized as text. Each batch decodes up to its
+    longest sentence's limit (input + 50); a greedy translation past its own sentence's limit is cut there (greedy
+    choices do not depend on the limit, so this is exact), a beam search translation past it is decoded again
+    alone with its own limit. The GNMT penalty is applied to the n-best list (see the module docstring)."""
+    decoding = info["decoding"]
+    num_beams = num_beams or decoding.get("num_beams") or 1
+    alpha = decoding.get("length_penalty") if length_penalty is None else length_penalty
+    rescore = decoding.get("length_penalty_form") == "gnmt" and num_beams > 1
+    over_input = decoding.get("max_new_tokens_over_input")
+    max_positions = info["max_positions"]
+    options = {"beam_size": num_beams, "min_decoding_length": 0, "return_end_token": True, "max_input_length": 0}
+    if rescore:  # the best of the n-best under ((5 + |Y|) / 6)^α, |Y| counting </s> as ours does
+        options |= {"length_penalty": 0.0, "num_hypotheses": num_beams, "return_scores": True}
+    else:
+        options |= {"length_penalty": alpha}
+
+    def best(result) -> list[str]:
+        if not rescore:
+            return result.hypotheses[0]
+        penalized = [
+            score / gnmt_length_penalty(len(hypothesis), alpha)
+            for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
+        ]
+        return result.hypotheses[penalized.index(max(penalized))]
+
+    todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
+    encoded = tokenizer([sentences[index] for index in todo], split_special_tokens=True)["input_ids"]
+    tokens = {index: tokenizer.convert_ids_to_tokens(ids) for index, ids in zip(todo, encoded, strict=True)}
+    limits = {}
+    for index, sentence_tokens in tokens.items():
+        if len(sentence_tokens) > max_positions:
+            raise ExportError(
+                f"sentence {index + 1} has {len(sentence_tokens)} tokens, more than the {max_positions} positions "
+                f"the CTranslate2 export holds: export it again with a larger --max-positions."
+            )
+        # the paper's limit, input + 50 (§6.1), within the positions the export holds
+        limits[index] = min(len(sentence_tokens) + over_input, max_positions) if over_input else max_positions
+    hypotheses = {}
+    order = sorted(todo, key=lambda index: -len(tokens[index]))
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        limit = max(limits[index] for index in batch)
+        results = translator.translate_batch([tokens[index] for index in batch], max_decoding_length=limit, **options)
+        for index, result in zip(batch, results, strict=True):
+            hypotheses[index] = best(result)
+    for index, hypothesis in hypotheses.items():
+        if len(hypothesis) > limits[index]:
+            if num_beams == 1:
+                hypotheses[index] = hypothesis[: limits[index]]
+            else:
+                (result,) = translator.translate_batch([tokens[index]], max_decoding_length=limits[index], **options)
+                hypotheses[index] = best(result)
+    translations = [""] * len(sentences)
+    for index, hypothesis in hypotheses.items():
+        translations[index] = tokenizer.decode(tokenizer.convert_tokens_to_ids(hypothesis), skip_special_tokens=True)
+    return translations
+
+
+__all__ = [
+    "QUANTIZATIONS",
+    "ExportError",
+    "convert",
+    "export_ctranslate2",
+    "load_ctranslate2",
+    "model_spec",
+    "translate_with_ctranslate2",
+    "vocabulary",
+]

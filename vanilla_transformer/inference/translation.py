@@ -1,0 +1,218 @@
+"""Translating text with a trained model: the decoding stage of the pipeline (paper §6.1).
+
+`translate` batches sentences by length and calls `model.generate`, whose defaults are the paper's decoding: beam
+size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input length + 50 output tokens, early
+stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
+
+A model whose weights hold NaN or Inf (loaded around `load_model_and_tokenizer`, which refuses them) decodes to empty
+or garbage lines; `translate` notices the non-finite scores and raises instead of returning them.
+
+`load_translator` puts a model behind one call for the commands, with our PyTorch model or its CTranslate2 export
+(`ctranslate2_engine`) as the engine.
+"""
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+
+
+def translate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    batch_size: int = 64,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate `sentences` with `model.generate(**generate_kwargs)`, one output string per input, in input order.
+
+    Sentences are sorted by tokenized length (longest first, so that a batch too large for memory fails at once)
+    and cut into batches of `batch_size`, so that each batch carries little padding; the source is padded on the
+    right, as the encoder's positions start at the first token. The model's generation config decides the decoding
+    unless `generate_kwargs` override it (e.g. `num_beams=1` for greedy). Outputs are decoded with
+    `skip_special_tokens=True`.
+
+    An empty (or whitespace-only) sentence translates to an empty string without reaching the model: a model given
+    no source produces arbitrary text, and one output per input line keeps files aligned for scoring. Text that
+    spells a special token (`"</s>"`, `"<pad>"`) is tokenized as text. Nothing is truncated: with sinusoidal
+    positions (the paper's) a sentence longer than `max_position_embeddings` tokens translates like any other; with
+    learned positions it raises a `ValueError` naming the sentence, its length and the limit.
+
+    The model runs in eval mode (dropout off) under `torch.inference_mode()`, on its own device; its train/eval
+    mode is restored afterwards. Scores that are not finite (weights holding NaN or Inf, or a float16 overflow) raise
+    a `ValueError` naming the model's folder: with beam search the finished hypotheses' `sequences_scores` are
+    checked, otherwise every step's logits (for NaN or +Inf; -Inf is what logits processors write to forbid a token).
+    """
+    if isinstance(sentences, str):
+        raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1.")
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError(
+            f"num_return_sequences={generate_kwargs['num_return_sequences']} is not supported: translate returns one "
+            f"string per sentence; call model.generate directly for n-best lists."
+        )
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
+    if pad_token_id is None:
+        raise ValueError("Neither the tokenizer nor the model config defines a pad token id; set tokenizer.pad_token.")
+
+    translations = [""] * len(sentences)
+    todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
+    if not todo:
+        return translations
+    encoded = tokenizer([sentences[index] for index in todo], add_special_tokens=True, split_special_tokens=True)
+    token_ids = dict(zip(todo, encoded["input_ids"], strict=True))
+    _check_lengths(model, token_ids)
+    todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
+
+    generation_config = generate_kwargs.get("generation_config") or model.generation_config
+    beam_search = (generate_kwargs.get("num_beams") or generation_config.num_beams or 1) > 1
+    if beam_search:  # the scores come with the sequences at no cost
+        generate_kwargs = {**generate_kwargs, "return_dict_in_generate": True}
+    else:  # greedy or sampling: every step's logits pass a check, appended to the caller's processors
+        user_processors = list(generate_kwargs.get("logits_processor") or [])
+        generate_kwargs = dict(generate_kwargs)
+
+    device = model.device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(todo), batch_size):
+                batch = todo[start : start + batch_size]
+                width = max(len(token_ids[index]) for index in batch)
+                input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+                attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, index in enumerate(batch):
+                    ids = token_ids[index]
+                    input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                    attention_mask[row, : len(ids)] = 1
+                check = None if beam_search else _NonFiniteLogits()
+                if check is not None:
+                    generate_kwargs["logits_processor"] = LogitsProcessorList([*user_processors, check])
+                output = model.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **generate_kwargs
+                )
+                if isinstance(output, torch.Tensor):
+                    sequences = output
+                else:  # return_dict_in_generate=True
+                    sequences = output.sequences
+                if check is not None:
+                    non_finite = check.found()
+                else:
+                    scores = getattr(output, "sequences_scores", None)
+                    non_finite = scores is not None and not bool(torch.isfinite(scores).all())
+                if non_finite:
+                    _raise_non_finite(model, [sentences[index] for index in batch])
+                texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
+                for index, text in zip(batch, texts, strict=True):
+                    translations[index] = text
+    finally:
+        model.train(was_training)
+    return translations
+
+
+class _NonFiniteLogits(LogitsProcessor):
+    """Notes whether any step's scores held NaN or +Inf: it keeps the running maximum (NaN wins every comparison), one
+    reduction per step and no device-to-host copy until `found` reads it, once, after `generate`."""
+
+    def __init__(self) -> None:
+        self.top: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        top = scores.amax()
+        self.top = top if self.top is None else torch.maximum(self.top, top)
+        return scores
+
+    def found(self) -> bool:
+        return self.top is not None and not bool(self.top < math.inf)
+
+
+def _raise_non_finite(model: PreTrainedModel, batch: list[str]) -> None:
+    source = model.name_or_path or "the model (built in memory, not loaded from a folder)"
+    dtype = model.dtype
+    overflow = f" or overflow in {dtype} (run it in float32)" if dtype in (torch.float16, torch.bfloat16) else ""
+    raise ValueError(
+        f"{source} produced non-finite scores (NaN or Inf) while translating a batch of {len(batch)} sentence(s), "
+        f"starting with {batch[0][:80]!r}: its weights hold NaN, Inf or huge values{overflow}, and every "
+        f"translation would be empty or garbage. Re-download or restore the model folder, or re-train it; loading it "
+        f"with vanilla_transformer.files.loading.load_model_and_tokenizer names the tensor at fault."
+    )
+
+
+def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> None:
+    """Learned positions end at `max_position_embeddings`: refuse longer sentences by line rather than let them be
+    cut without a word (`generate` itself warns when the table caps the output limit, input + 50 tokens)."""
+    config = model.config
+    if getattr(config, "position_encoding", None) != "learned":
+        return  # sinusoidal positions extend to any length (§3.5)
+    limit = config.max_position_embeddings
+    too_long = [index for index, ids in token_ids.items() if len(ids) > limit]
+    if too_long:
+        index = too_long[0]
+        raise ValueError(
+            f"sentence {index} (0-based) has {len(token_ids[index])} tokens but this model's learned positions end at "
+            f"max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long sentences, or use a "
+            f"model with position_encoding='sinusoidal', which extends to any length."
+        )
+
+
+__all__ = ["translate"]
+
+
+ENGINES = ("pytorch", "ctranslate2")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class Translator(NamedTuple):
+    """A loaded model behind one call: `translate(sentences, batch_size=..., num_beams=..., length_penalty=...)`
+    returns one string per sentence; `length_penalty` is the model's own α (§6.1)."""
+
+    translate: Callable[..., list[str]]
+    tokenizer: PreTrainedTokenizerBase
+    length_penalty: float
+    device: str
+
+
+def load_translator(
+    source: str, engine: str = "pytorch", device: str | None = None, dtype: str | None = None
+) -> Translator:
+    """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id loaded and checked by
+    `load_model_and_tokenizer` and decoded by `translate`, its weights in `dtype` ("float32", "bfloat16" or
+    "float16"; default: as saved) — bf16 runs the matmuls on the matrix units of recent CPUs (AMX) and GPUs, while
+    beam scores stay float32; or "ctranslate2", a folder written by `vanilla-transformer export-ctranslate2` and
+    decoded by CTranslate2 (`ctranslate2_engine`), whose weight type is chosen when exporting. `device` defaults to
+    cuda where there is one."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)}.")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if engine == "ctranslate2":
+        from .ctranslate2_engine import ExportError, load_ctranslate2, translate_with_ctranslate2
+
+        if dtype is not None:
+            raise ExportError(
+                f"--dtype {dtype} does not apply to a CTranslate2 export: its weight type is chosen when exporting "
+                f"(export-ctranslate2 --quantization)."
+            )
+
+        translator, tokenizer, info = load_ctranslate2(source, device, threads=torch.get_num_threads())
+
+        def run_ctranslate2(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
+            return translate_with_ctranslate2(translator, tokenizer, sentences, info, batch_size, **decoding)
+
+        return Translator(run_ctranslate2, tokenizer, info["decoding"]["length_penalty"], device)
+
+    from ..files.loading import load_model_and_tokenizer
+
+    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
+    model, tokenizer = load_model_and_tokenizer(source, device, getattr(torch, dtype) if dtype else None)
+
+    def run_pytorch(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
+        decoding = {name: value for name, value in decoding.items() if value is not None}
+        return translate(model, tokenizer, sentences, batch_size=batch_size, **decoding)
+
+    return Translator(run_pytorch, tokenizer, model.generation_config.length_penalty, device)

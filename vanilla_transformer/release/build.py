@@ -1,0 +1,395 @@
+"""A Hub-ready release folder: the averaged model, its tokenizer and code files, measured test scores, and a model
+card (`README.md` with YAML metadata and `model-index` results)."""
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+from ..data.anki import ATTRIBUTION, SPLITS
+from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, load_corpus, sides
+from ..data.multi30k import holds_multi30k, multi30k_dir
+from ..data.text import read_lines
+from ..data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint
+from ..files.outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
+from ..inference.evaluation import evaluate_model_on_split, score_translations
+from ..training.checkpoints import checkpoint_step
+from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS, RunSettings, same_setting
+from .model_card import card_from_release_record, training_hyperparameters
+
+SMOKE_SENTENCES = 50  # the first N sentences of the first test split, re-scored by a test against the card
+EXAMPLE_EVERY = 100  # the card shows every 100th sentence of the first test split with its translation
+
+
+@dataclass(frozen=True)
+class ReleaseData:
+    """Where a release is tuned and scored: Multi30k (`data_dir`; None is `multi30k_dir()`, downloaded once), α on
+    valid and the card's scores on test2016 and test2017; or an Anki/Tatoeba TSV file (`corpus_file`), α on its
+    valid split and the scores on its test split (`data.anki`: the split is the file's own)."""
+
+    data_dir: str | Path | None = None
+    corpus_file: str | Path | None = None
+    source_lang: str = "en"
+    target_lang: str = "de"
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        return ("test",) if self.corpus_file else ("test2016", "test2017")
+
+    @property
+    def valid_metric(self) -> str:
+        """The BLEU that `tune_length_penalty` compares: Multi30k's tokenized BLEU, sacreBLEU where no tokenized
+        reference exists."""
+        return "sacreBLEU" if self.corpus_file else "BLEU (tok)"
+
+    def evaluate(self, folder: str | Path, split: str, **kwargs) -> dict:
+        """`evaluation.evaluate_model_on_split` on `split` of this data."""
+        return evaluate_model_on_split(
+            str(folder),
+            split,
+            self.data_dir,
+            source_lang=self.source_lang,
+            target_lang=self.target_lang,
+            corpus_file=self.corpus_file,
+            **kwargs,
+        )
+
+    def pairs(self, split: str) -> tuple[list[str], list[str]]:
+        """The sources and references of `split`."""
+        if self.corpus_file:
+            corpus = load_corpus(str(self.corpus_file), split, self.source_lang, self.target_lang)
+            return sides(corpus, self.source_lang, self.target_lang)
+        folder = multi30k_dir(self.data_dir, languages=(self.source_lang, self.target_lang))
+        return read_lines(folder / f"{split}.{self.source_lang}"), read_lines(folder / f"{split}.{self.target_lang}")
+
+    @classmethod
+    def for_run(
+        cls,
+        run_preset: dict,
+        data_dir: str | Path | None = None,
+        corpus_file: str | Path | None = None,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
+    ) -> "ReleaseData":
+        """The data to score a run's release on, decided by what the run recorded it trained on (`run_preset`, its
+        `preset.json`): a Multi30k run on Multi30k (`data_dir`, or the folder it trained on, or `multi30k_dir()`),
+        a TSV run on that file's test split, in the run's languages. Raises a `ValueError` naming the mismatch for
+        data of another kind than the training data (a `corpus_file` for a Multi30k run, a `data_dir` for a TSV
+        run), a `corpus_file` other than the one trained on (by content where the run recorded its digest), languages
+        other than the run's, and runs on a corpus with no test set of its own to score (the built-in corpus, a
+        `datasets` name)."""
+        corpus = str(run_preset.get("corpus", MULTI30K))
+        recorded = run_preset.get("run", {})
+        given = {"--source-lang": source_lang, "--target-lang": target_lang}
+        for (flag, value), field in zip(given.items(), ("source_lang", "target_lang"), strict=True):
+            if value and recorded.get(field) and value != recorded[field]:
+                raise ValueError(
+                    f"{flag} {value}: the run trained with {flag} {recorded[field]} (its preset.json); leave the flag "
+                    f"out, or give the run's own."
+                )
+        source_lang = source_lang or recorded.get("source_lang")
+        target_lang = target_lang or recorded.get("target_lang")
+        # a local corpus gone since the run: one whose digest it recorded (a `datasets` name has none), or in a record
+        # older than run settings, one a file is given for
+        gone = (
+            corpus not in (BUILTIN, MULTI30K)
+            and not Path(corpus).exists()
+            and (recorded.get("corpus_sha256") is not None or (not recorded and bool(corpus_file)))
+        )
+        # a TSV file, or a gone corpus, scored on the file given for it (its digest, if recorded, decides below)
+        trained_on_file = Path(corpus).is_file() or (gone and bool(corpus_file or not data_dir))
+        if corpus == BUILTIN or not (trained_on_file or corpus == MULTI30K or holds_multi30k(corpus)):
+            kind = "the built-in corpus" if corpus == BUILTIN else f"{corpus!r}"
+            raise ValueError(
+                f"the run trained on {kind}, and a release is scored on the test sets of its training data: "
+                f"Multi30k's test2016/test2017, or a TSV file's own test split; {kind} has none this command scores, "
+                f"so its card would describe other data. Score the run with `vanilla-transformer evaluate` instead."
+            )
+        if not trained_on_file:
+            if corpus_file:
+                raise ValueError(
+                    f"--corpus-file {corpus_file}: the run trained on Multi30k (its preset.json), not on a TSV file; "
+                    f"leave --corpus-file out to score it on Multi30k's test sets."
+                )
+            folder = data_dir or (corpus if corpus != MULTI30K else None)
+            return cls(folder, None, source_lang or "en", target_lang or "de")
+        if data_dir:
+            raise ValueError(
+                f"--data-dir {data_dir}: the run trained on the TSV file {corpus} (its preset.json) and is scored on "
+                f"that file's test split, not on Multi30k; leave --data-dir out."
+            )
+        file = corpus_file or corpus
+        digest = recorded.get("corpus_sha256")
+        if not Path(file).is_file():
+            raise ValueError(
+                f"the run's corpus file {file} is not there any more: give it with --corpus-file (the same content"
+                f"{f', sha256 {digest[:12]}…' if digest else ''})."
+            )
+        if digest and corpus_sha256(str(file)) != digest:
+            raise ValueError(
+                f"{file} is not the file the run trained on: its content differs from what the run recorded (sha256 "
+                f"{digest[:12]}… for {corpus}); give the file it trained on with --corpus-file."
+            )
+        if not digest and corpus_file and not same_setting("corpus", str(corpus_file), corpus):
+            raise ValueError(
+                f"--corpus-file {corpus_file}: the run trained on {corpus} (its preset.json); give that file, or leave "
+                f"--corpus-file out."
+            )
+        if not (source_lang and target_lang):  # a run recorded before its languages were
+            source_lang, target_lang = corpus_languages(str(file), source_lang, target_lang)
+        return cls(None, file, source_lang, target_lang)
+
+    def record(self) -> dict:
+        """What the card says of the data: the dataset, the languages, and for a TSV file its name, SHA-256, split
+        sizes and number of Tatoeba contributors (the third column credits each pair's sentences to their users)."""
+        record = {"dataset": "multi30k", "languages": [self.source_lang, self.target_lang]}
+        if not self.corpus_file:
+            return record
+        path = Path(self.corpus_file)
+        splits = {split: load_corpus(str(path), split, self.source_lang, self.target_lang) for split in SPLITS}
+        users = {
+            user
+            for dataset in splits.values()
+            for credit in dataset[ATTRIBUTION]
+            for user in re.findall(r"#\d+ \(([^)]*)\)", credit)
+        }
+        return record | {
+            "dataset": "tatoeba",
+            "file": path.name,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "pairs": {split: len(dataset) for split, dataset in splits.items()},
+            "contributors": len(users),
+        }
+
+
+def language_flags(source_lang: str, target_lang: str) -> str:
+    """The commands' language flags, for a pair other than their default en→de."""
+    return (
+        ""
+        if (source_lang, target_lang) == ("en", "de")
+        else f" --source-lang {source_lang} --target-lang {target_lang}"
+    )
+
+
+def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", target_lang: str = "de") -> str:
+    """The `vanilla-transformer train` line that trains a run with this `preset.json` on this language pair: the
+    named preset it differs least from, a flag for each field it changed, and one for each setting of its `"run"`
+    record that is not the default (seed, precision, ...: `RunSettings.flags`). A change no flag can make (the model
+    preset or its overrides) raises."""
+    recorded = run_preset.get("run", {})
+    run_flags = RunSettings(**recorded).flags() if recorded else ""
+
+    run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
+
+    def changed(name: str) -> list[str]:
+        preset = json.loads(json.dumps(TRAINING_PRESETS[name].as_dict()))
+        return [field for field in preset if not same_setting(field, run_preset.get(field), preset[field])]
+
+    name = min(TRAINING_PRESETS, key=lambda name: len(changed(name)))
+    unflagged = [field for field in changed(name) if field not in PRESET_FLAGS]
+    if unflagged:
+        raise ValueError(
+            f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag "
+            f"for; add the run as a named preset in training/presets.py to release it with a reproducible "
+            f"command."
+        )
+
+    def flag(field: str) -> str:
+        name, value = field.replace("_", "-"), run_preset[field]
+        if isinstance(value, bool):
+            return f" --{name}" if value else f" --no-{name}"
+        return f" --{name} {value}"
+
+    flags = "".join(flag(field) for field in changed(name)) + run_flags
+    languages = language_flags(source_lang, target_lang)
+    return f"vanilla-transformer train --preset {name}{flags}{languages} --output-dir {output_dir}"
+
+
+def tune_length_penalty(
+    folder: str | Path, data: ReleaseData, alphas: list[float], split: str = "valid", batch_size: int = 100
+) -> dict[float, float]:
+    """BLEU on `split` for each length penalty α, the folder's other decoding settings kept: the paper chose its
+    α = 0.6 "after experimentation on the development set" (§6.1), and a release on other data may do the same. The
+    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU (with the target
+    language's tokenizer) otherwise."""
+    scores = {}
+    for alpha in alphas:
+        result = data.evaluate(folder, split, batch_size=batch_size, length_penalty=alpha)
+        scores[alpha] = round((result.get("tokenized_bleu") or result["bleu"])["score"], 2)
+    return scores
+
+
+def set_length_penalty(folder: str | Path, alpha: float) -> None:
+    """Make `alpha` the default length penalty of the model folder's `generation_config.json` (replaced whole)."""
+    generation = GenerationConfig.from_pretrained(folder)
+    generation.length_penalty = alpha
+    with tempfile.TemporaryDirectory() as scratch, staged_file(Path(folder) / "generation_config.json") as staging:
+        generation.save_pretrained(scratch)  # validates the config, and writes it as transformers does
+        shutil.copyfile(Path(scratch) / "generation_config.json", staging)
+
+
+def adopt_best_length_penalty(folder: str | Path, data: ReleaseData, alphas: list[float]) -> dict[float, float]:
+    """Tune α on valid (`tune_length_penalty`) and make the best one the folder's default; on a tie the α listed
+    first wins. Returns every α's score, for the card."""
+    on_valid = tune_length_penalty(folder, data, alphas)
+    best = max(on_valid, key=on_valid.get)
+    set_length_penalty(folder, best)
+    return on_valid
+
+
+def training_summary(
+    run_dir: str | Path,
+    run_preset: dict,
+    final_dir: str | Path,
+    averaged: list[Path],
+    hardware: str,
+    status: str,
+    train_hours: float | None = None,
+    on_valid: dict[float, float] | None = None,
+    valid_metric: str = "BLEU (tok)",
+) -> dict:
+    """The card's account of how the averaged model in `final_dir` was trained: parameters, updates, epochs, time,
+    hardware, the averaged checkpoints, the length penalties tried on valid (scored in `valid_metric`), and the
+    hyperparameters (from the config and `run_preset`, the run's `preset.json`, which the caller has read already).
+
+    Without `train_hours` the time runs from the tokenizer's file to the last averaged checkpoint, which overstates a
+    run resumed after a pause: give the sum of its stretches then."""
+    run, final = Path(run_dir), Path(final_dir)
+    state = json.loads((averaged[-1] / "trainer_state.json").read_text())
+    config = json.loads((final / "config.json").read_text())
+    generation = json.loads((final / "generation_config.json").read_text())
+    hours = (
+        train_hours or (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
+    )
+    model = AutoModelForSeq2SeqLM.from_pretrained(final)
+    parameters = sum(tensor.numel() for tensor in model.parameters())
+    tuning = ""
+    if on_valid:
+        tuning = (
+            f" Length penalty α={generation['length_penalty']}, the best on valid ({valid_metric} "
+            f"{', '.join(f'{alpha}: {bleu}' for alpha, bleu in on_valid.items())}); §6.1 chose its α on the "
+            f"development set too."
+        )
+    return {
+        "status": status,
+        "summary": (
+            f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
+            f"{hours:.1f} h wall-clock on {hardware}; the average of checkpoints "
+            f"{', '.join(str(checkpoint_step(path)) for path in averaged)}.{tuning}"
+        ),
+        "parameters": parameters,
+        "updates": state["global_step"],
+        "epochs": round(state["epoch"], 2),
+        "wall_clock_hours": round(hours, 2),
+        "hardware": hardware,
+        "averaged_checkpoints": [path.name for path in averaged],
+        "valid_metric": valid_metric,
+        "bleu_on_valid_by_length_penalty": {str(alpha): bleu for alpha, bleu in (on_valid or {}).items()},
+        "hyperparameters": training_hyperparameters(config, run_preset, generation),
+    }
+
+
+def evaluate_release(folder: str | Path, data: ReleaseData, batch_size: int = 100) -> tuple[dict, list[dict]]:
+    """Scores of the folder on each of the data's test splits (paper decoding), plus those of the first
+    `SMOKE_SENTENCES` translations of the first; and every `EXAMPLE_EVERY`th sentence of the first with its
+    reference and translation, for the card."""
+    first = data.test_splits[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        results = {
+            split: data.evaluate(folder, split, batch_size=batch_size, output_hypotheses=Path(scratch) / f"{split}.hyp")
+            for split in data.test_splits
+        }
+        hypotheses = read_lines(Path(scratch) / f"{first}.hyp")
+    sources, references = data.pairs(first)
+    lowercase = lowercases(AutoTokenizer.from_pretrained(folder))
+    results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(
+        hypotheses[:SMOKE_SENTENCES],
+        references[:SMOKE_SENTENCES],
+        lang=data.target_lang,
+        lowercase=lowercase,
+    )
+    examples = [
+        {"source": sources[i], "reference": references[i], "translation": hypotheses[i]}
+        for i in range(0, len(sources), EXAMPLE_EVERY)
+    ]
+    return results, examples
+
+
+def _summary(scores: dict) -> dict:
+    summary = {"sacrebleu": round(scores["bleu"]["score"], 2), "chrf": round(scores["chrf"]["score"], 2)}
+    if scores.get("tokenized_bleu"):
+        summary["tokenized_bleu"] = round(scores["tokenized_bleu"]["score"], 2)
+    summary["signature"] = scores["bleu"]["signature"]
+    return summary
+
+
+def write_release(
+    final_dir: str | Path,
+    release_dir: str | Path,
+    results: dict,
+    training: dict,
+    run_preset: dict,
+    release_flags: str = "",
+    overwrite: bool = False,
+    data: dict | None = None,
+    examples: list[dict] | None = None,
+) -> Path:
+    """Copy the model folder, write `results.json` and the card (`templates/model_card.md`, with the commands that
+    reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
+    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole. `data` is
+    `ReleaseData.record()` (Multi30k en→de when not given), `examples` translations the card shows. A `release_dir`
+    that is, holds or lies inside the model folder is refused, as is a non-empty one that is not a release folder a
+    command wrote, unless `overwrite` (`outputs.check_output_folder`)."""
+    release = Path(release_dir)
+    check_not_an_input(release, [("the averaged model", final_dir)])
+    check_output_folder(release, "release", overwrite)
+    data = data or ReleaseData().record()
+    run_dir = f"outputs/{release.name}"
+    languages = language_flags(*data["languages"])
+    if "file" in data:  # the card's reader has the file under its own name, not at this machine's path
+        run_preset = run_preset | {"corpus": data["file"]}
+    reproduce = [
+        train_command(run_preset, run_dir, *data["languages"]),
+        f"vanilla-transformer release --run-dir {run_dir} --output-dir {release.name}{languages}" + release_flags,
+    ]
+    record = {
+        "results": {split: _summary(scores) for split, scores in results.items()},
+        "training": training,
+        "data": data,
+        "reproduce": reproduce,
+    } | ({"examples": examples} if examples else {})
+    if run_preset.get("run"):  # what the run recorded besides its preset: the reproduce line's flags come from it
+        record["run"] = run_preset["run"]
+    card = card_from_release_record(release.name, record)
+    with staged_folder(release, "release", "release", overwrite) as staging:
+        for item in Path(final_dir).iterdir():
+            if item.is_file() and not item.name.startswith("."):  # not the model folder's marker
+                shutil.copy2(item, staging / item.name)
+        record_tokenizer_fingerprint(staging)
+        (staging / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+        card.save(staging / "README.md")
+    return release
+
+
+def record_tokenizer_fingerprint(folder: str | Path) -> str:
+    """Make `folder`'s config.json record the fingerprint of the tokenizer beside it (`tokenizer_fingerprint`), so
+    that another tokenizer put in the folder later is refused when it loads; a fingerprint it records already must be
+    that tokenizer's (a model trained before fingerprints were recorded gets one). Returns the fingerprint."""
+    config_path = Path(folder) / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
+    recorded = config.get("tokenizer_fingerprint")
+    if recorded not in (None, fingerprint):
+        raise ValueError(
+            f"{config_path} records another tokenizer than the one beside it (fingerprint {recorded[:12]}… vs "
+            f"{fingerprint[:12]}…): the model was trained with other token ids; put the run's own tokenizer there."
+        )
+    if recorded is None:
+        config["tokenizer_fingerprint"] = fingerprint
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return fingerprint

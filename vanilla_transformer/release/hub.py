@@ -1,0 +1,376 @@
+"""Push a model folder to the Hugging Face Hub: plan what a push sends (`plan_push`), then send exactly that with
+`huggingface_hub` (`push_folder`: to a new or existing repo, a branch, or as a pull request), explaining what the Hub
+refuses. The folder's checks live in `loading` (`validate_folder`, `find_pickles`), its card in `model_card`
+(`card_for_folder`, from the template shipped with the package).
+
+A complete folder loads anywhere with `AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)`:
+`model.safetensors` (no pickles), `config.json` whose `auto_map` names the two code files, the code files, tokenizer
+files, `generation_config.json` (the paper's decoding), and a `README.md` card whose YAML metadata carries the license
+(the training data's terms where it has its own), languages, the Hub datasets that hold the training data (none when
+none does) and `model-index` results.
+
+A push sends only those files (`plan_push` lists them; see its docstring for the exact rules): never the rest of a
+training folder (logs, optimizer state, credentials), never what a link points to outside the folder, never weights
+that fail their checksum or hold NaN/Inf, and never remote code that differs from this package's own unless asked.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from huggingface_hub import CommitInfo, HfApi
+from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+from ..files.loading import (
+    CHECKSUM_SUFFIX,
+    CODE_FILES,
+    _check_contents,
+    _pickle_problems,
+    _resolves_inside,
+    validate_folder,
+)
+from .model_card import card_for_folder
+
+# What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
+# `.sha256` of each weights file): what `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read,
+# the card and the scores it is rendered from. Everything else in the folder stays on this machine.
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    SAFE_WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,  # a sharded model: its weight_map names the shards
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    *CODE_FILES,
+    "README.md",
+    "results.json",
+)
+
+# the package's own copy of the remote code files (`model/`)
+MODEL_CODE = resources.files(f"{__package__.rpartition('.')[0]}.model")
+INVALID_TOKEN = "Invalid credentials in Authorization header"  # the Hub's words for a token it does not know
+
+
+class FolderNotReadyError(ValueError):
+    """A folder that would make an incomplete or unsafe repo; `problems` lists every one of them."""
+
+    def __init__(self, folder: str | Path, problems: list[str]):
+        self.problems = problems
+        if len(problems) == 1:  # one problem, one line (each problem names the file and the fix)
+            super().__init__(f"{folder} is not ready for the Hub; nothing was pushed: {problems[0]}")
+            return
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(
+            f"{folder} is not ready for the Hub ({len(problems)} problem(s)); nothing was pushed:\n{lines}"
+        )
+
+
+class HubPushError(RuntimeError):
+    """The Hub refused a push (token, repo, branch); the message says why and what to do."""
+
+
+# -- what a push sends ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PushPlan:
+    """What a push of `folder` sends, after every check passed (`plan_push`).
+
+    `files` maps each file's name in the repo to its size in bytes; `left_out` names the folder's other top-level
+    entries (a folder with a trailing `/`); `modified_code` names the code files that differ from the installed
+    package's (pushed only with `allow_modified_code`); `card` is the README.md rendered for a folder without one.
+    """
+
+    folder: Path
+    files: dict[str, int]
+    left_out: tuple[str, ...] = ()
+    modified_code: tuple[str, ...] = ()
+    card: str | None = None
+    # name -> the file whose bytes are sent (a link inside the folder resolved)
+    sources: dict[str, Path] = dataclasses.field(default_factory=dict, repr=False)
+
+    def notes(self) -> list[str]:
+        """One line each for what a user should know before it is sent: what stays behind, modified code, the card."""
+        lines = []
+        if self.left_out:
+            lines.append(f"left out (not part of a model repo): {', '.join(self.left_out)}")
+        if self.modified_code:
+            lines.append(
+                f"pushing modified code files (allowed): {', '.join(self.modified_code)}; they differ from the "
+                f"installed vanilla_transformer's, and every downloader runs them with trust_remote_code=True"
+            )
+        if self.card is not None:
+            lines.append("README.md: rendered from the run's records (the folder has no card)")
+        return lines
+
+    def listing(self) -> list[str]:
+        """The files to send, one `size name` line each, under a line with their count and total size."""
+        total = sum(self.files.values())
+        width = len(str(max(self.files.values(), default=0)))
+        return [f"{len(self.files)} file(s), {total} bytes:"] + [
+            f"  {size:>{width}}  {name}" for name, size in self.files.items()
+        ]
+
+
+def _shard_names(index: Path) -> tuple[list[str], list[str]]:
+    """The shard files a model.safetensors.index.json names, and a problem for each that push could not send."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return [], []  # from_pretrained reports the broken index when the folder is checked
+    shards, problems = [], []
+    for name in names:
+        if isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name and "\\" not in name:
+            shards.append(name)
+        else:
+            problems.append(
+                f"{SAFE_WEIGHTS_INDEX_NAME} names the shard {name!r}, which push does not send: shards are "
+                f".safetensors files beside the index; re-save the model with save_pretrained."
+            )
+    return shards, problems
+
+
+def _packaged_code(name: str) -> bytes | None:
+    """The installed package's own copy of a code file (None if this install lacks it)."""
+    try:
+        return (MODEL_CODE / name).read_bytes()
+    except OSError:
+        return None
+
+
+def _modified_code(sources: dict[str, Path]) -> list[str]:
+    return [
+        name
+        for name in CODE_FILES
+        if name in sources and _packaged_code(name) not in (None, sources[name].read_bytes())
+    ]
+
+
+def _stage(plan: PushPlan, staging: Path) -> Path:
+    """Lay out exactly the files of `plan` in the empty folder `staging` (links to them where the system allows,
+    copies otherwise), so that what is checked, and what is uploaded, is only what the plan lists."""
+    for name, source in plan.sources.items():
+        try:
+            os.symlink(source, staging / name)
+        except OSError:  # Windows without the symlink privilege
+            shutil.copy2(source, staging / name)
+    if plan.card is not None:
+        (staging / "README.md").write_bytes(plan.card.encode("utf-8"))
+    return staging
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse a repo id other than `namespace/name` in the characters the Hub allows: huggingface_hub's
+    `validate_repo_id`, which alone also takes a bare `name` (a repo of the token's user; a push names its owner)."""
+    try:
+        if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+            raise HFValidationError("not of the form namespace/name")
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        reason = str(error).splitlines()[0].rstrip(".")
+        raise ValueError(
+            f"{repo_id!r} is not a Hub repo id ({reason}): give namespace/name, e.g. your-name/my-model"
+        ) from None
+
+
+def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_code: bool = False) -> PushPlan:
+    """Check `folder` and list what a push would send; raises `FolderNotReadyError` (every problem, one line each).
+
+    The rules, for the folder's top-level entries:
+
+    - Sent: the `MODEL_FILES` that are files, the shards its model.safetensors.index.json names, and the `.sha256`
+      of each weights file. Nothing else: other files and every subfolder (`runs/`, `checkpoint-*/`, `.cache/`,
+      credentials, optimizer state) are left out and named in `PushPlan.left_out`, not refused, so that a training
+      folder pushes as it is. A pickle anywhere under the folder is refused all the same (`loading.find_pickles`).
+    - Links: a link inside the folder to a file inside it is read like the file. A link whose target resolves
+      outside the folder is never followed: with the name of a file that would be sent it is refused (the user
+      meant it to be sent, and sending a copy of something elsewhere on the machine is a decision to make by copying
+      the file in); with any other name it is left out like any other extra file.
+    - Weights: refused when a weights file fails its `.sha256`, is not a complete safetensors file, or holds NaN or
+      ±Inf in any floating tensor (`loading.weights_problems`, as for a load).
+    - Remote code: a code file that differs from the installed package's copy is refused (every downloader runs it
+      with trust_remote_code=True) unless `allow_modified_code`; then it is sent and `PushPlan.modified_code` says so.
+    - The folder's checks (`loading.validate_folder`) run on exactly the files that would be sent, so a model that
+      only loads thanks to a file left out is refused rather than pushed broken.
+
+    A folder without README.md gets a card rendered from its run's records (`model_card.card_for_folder`), held in
+    `PushPlan.card`: nothing is written to the folder here.
+    """
+    folder = Path(folder)
+    if repo_id is not None:
+        check_repo_id(repo_id)
+    if not folder.is_dir():
+        raise FolderNotReadyError(folder, validate_folder(folder))
+    root = folder.resolve()
+    entries = {path.name: path for path in sorted(folder.iterdir())}
+    wanted = set(MODEL_FILES) | {SAFE_WEIGHTS_NAME + CHECKSUM_SUFFIX}
+    problems = []
+
+    def escapes(name: str) -> bool:
+        path = entries.get(name)
+        return path is not None and path.is_symlink() and not _resolves_inside(path, root)
+
+    def refuse_link(name: str) -> str:
+        link = entries[name]
+        try:
+            target = link.resolve()
+        except (OSError, RuntimeError):  # a link loop
+            return f"{name} is a link that never reaches a file (a loop of links): put the file itself in its place."
+        return (
+            f"{name} is a link to {target}, outside the folder, and push never follows a link out of the folder: "
+            f"copy the file into the folder (cp --remove-destination {target} {link}) if it belongs to the model."
+        )
+
+    index = SAFE_WEIGHTS_INDEX_NAME
+    if index in entries and not escapes(index) and entries[index].is_file():
+        shards, shard_problems = _shard_names(entries[index])
+        problems += shard_problems
+        wanted |= {name for shard in shards for name in (shard, shard + CHECKSUM_SUFFIX)}
+    problems += [refuse_link(name) for name in sorted(wanted) if escapes(name)]
+    if problems:  # nothing is read through a link out of the folder, not even to check it
+        raise FolderNotReadyError(folder, problems)
+
+    sources, left_out = {}, []
+    for name, path in entries.items():
+        if name in wanted and path.is_file():
+            sources[name] = path.resolve()
+        elif escapes(name):
+            left_out.append(f"{name} (a link out of the folder)")
+        else:
+            left_out.append(f"{name}/" if path.is_dir() else name)
+    card = None
+    if "README.md" not in entries:
+        rendered = card_for_folder(folder, repo_id)
+        card = None if rendered is None else str(rendered)
+
+    problems += _pickle_problems(folder)
+    modified = _modified_code(sources)
+    if not allow_modified_code:
+        problems += [
+            f"{name} differs from the installed vanilla_transformer's own copy ({MODEL_CODE / name})"
+            f", and every downloader runs it with trust_remote_code=True: re-save the model with this package "
+            f"(save_pretrained copies its code files) or copy that file over it; pass --allow-modified-code "
+            f"(allow_modified_code=True) if you changed it on purpose."
+            for name in modified
+        ]
+    files = {name: path.stat().st_size for name, path in sources.items()}
+    if card is not None:
+        files["README.md"] = len(card.encode("utf-8"))
+    plan = PushPlan(
+        folder=root,
+        files=dict(sorted(files.items())),
+        left_out=tuple(left_out),
+        modified_code=tuple(modified),
+        card=card,
+        sources=sources,
+    )
+    with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
+        staging = _stage(plan, Path(scratch))
+        # the checks name the staging folder where an error message quotes a path: show the user's folder instead
+        problems += [problem.replace(str(staging), str(folder)) for problem in _check_contents(staging)]
+    if problems:
+        raise FolderNotReadyError(folder, problems)
+    return plan
+
+
+# -- pushing --------------------------------------------------------------------------------------------------------
+
+
+def _explain(error: HfHubHTTPError, repo_id: str, endpoint: str, revision: str | None, create_pr: bool) -> str:
+    """What a refused request means for a push, and what to do about it."""
+    status = error.response.status_code if error.response is not None else None
+    message = error.response.headers.get("X-Error-Message", "") if error.response is not None else ""
+    namespace = repo_id.split("/")[0]
+    if status == 401 and message == INVALID_TOKEN:
+        return (
+            f"the Hub at {endpoint} refused the token (401: invalid credentials): set HF_TOKEN or run "
+            f"`hf auth login` with a write token for {namespace!r}."
+        )
+    if isinstance(error, RevisionNotFoundError):
+        return (
+            f"{repo_id} has no branch {revision!r}: push with --revision {revision} (without --create-pr) to "
+            f"create it, or target an existing branch."
+        )
+    if isinstance(error, RepositoryNotFoundError):
+        hint = (
+            "--create-pr opens a pull request on an existing repo: push once without --create-pr to create it"
+            if create_pr
+            else "check the name, and that the token (HF_TOKEN) belongs to an account that can see it"
+        )
+        return f"{repo_id} was not found at {endpoint} (or the token cannot see it): {hint}."
+    if status == 401:
+        return f"the Hub at {endpoint} needs a token to push: set HF_TOKEN or run `hf auth login`."
+    if status == 403:
+        return f"the token may not write to {namespace!r} at {endpoint}: use a write token of that account or org."
+    return f"the Hub at {endpoint} refused the push of {repo_id}: {error}"
+
+
+def push_folder(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    allow_modified_code: bool = False,
+    plan: PushPlan | None = None,
+) -> CommitInfo:
+    """Check `folder` (`plan_push`: what is sent, what is left out, what is refused), then upload exactly the files
+    of its plan to `repo_id` (`namespace/name`) in one commit.
+
+    A card rendered for a folder without one is also saved as the folder's README.md. The repo is created when
+    missing (`private` applies then) and `revision` is a branch, created from `main` when missing. With `create_pr`
+    the commit becomes a pull request against `revision` (default `main`) of an existing repo. `plan` is
+    `plan_push`'s answer for this folder, when the caller has it already (the CLI shows it before pushing), so that
+    the checks do not run twice. Raises `FolderNotReadyError` (every problem, nothing sent) or `HubPushError` (the
+    Hub refused; the remote is unchanged). The endpoint and token come from `HF_ENDPOINT` and `HF_TOKEN` unless
+    `token` is given.
+    """
+    folder = Path(folder)
+    check_repo_id(repo_id)
+    if plan is None:
+        plan = plan_push(folder, repo_id, allow_modified_code=allow_modified_code)
+    elif plan.folder != folder.resolve():
+        raise ValueError(f"the plan is for {plan.folder}, not {folder}: pass plan_push's answer for this folder.")
+    if plan.card is not None and not os.path.lexists(folder / "README.md"):
+        (folder / "README.md").write_bytes(plan.card.encode("utf-8"))  # the folder keeps the card it was pushed with
+    description = None
+    if plan.modified_code:
+        description = (
+            f"These code files differ from vanilla_transformer's own (pushed with --allow-modified-code): "
+            f"{', '.join(plan.modified_code)}."
+        )
+
+    api = HfApi(token=token)
+    try:
+        if create_pr:
+            api.repo_info(repo_id, revision=revision)  # a pull request needs an existing repo and branch
+        else:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision not in (None, "main"):
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=_stage(plan, Path(scratch)),
+                revision=revision,
+                create_pr=create_pr,
+                commit_message=commit_message or f"Upload {plan.folder.name}",
+                commit_description=description,
+            )
+    except HfHubHTTPError as error:
+        raise HubPushError(_explain(error, repo_id, api.endpoint, revision, create_pr)) from error

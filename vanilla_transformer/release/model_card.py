@@ -1,0 +1,325 @@
+"""Model cards: render a model's `README.md` from the template shipped with the package
+(`templates/model_card.md`, Jinja2), with YAML metadata written by `huggingface_hub.ModelCardData`.
+
+The metadata carries the license (the training data's terms where it has its own), the languages, the Hub datasets
+that hold the training data (none when none does) and `model-index` results. A card comes from a release's
+`results.json` (`card_from_release_record`), from what a `Trainer` run records (`card_from_training_log`), or, for a
+folder that has none, from whichever of those records the folder holds (`card_for_folder`, which `hub.plan_push`
+uses). `release.write_release` and the trainer's `push_to_hub` write their cards through it.
+"""
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from safetensors import safe_open
+from transformers.utils import SAFE_WEIGHTS_NAME
+
+from ..data.multi30k import COMMIT as MULTI30K_COMMIT
+from ..training.checkpoints import list_checkpoints
+
+# package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
+CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
+# the tutorial, relative to model_cards/<name>/README.md in the source repository (the project has no public URL yet)
+TUTORIAL_LINK = "../../docs/tutorial.ipynb"
+LANGUAGE_NAMES = {
+    "en": "English",
+    "de": "German",
+    "fr": "French",
+    "cs": "Czech",
+    "zh": "Chinese",
+    "ja": "Japanese",
+    "ko": "Korean",
+}
+# The Hub datasets that hold a corpus we train on, for the card's `datasets` (no entry: no Hub dataset holds it, and
+# the card names none). `bentrevett/multi30k` is the WMT16 release of Multi30k Task 1: its train and test splits are
+# our train and test2016; its validation has the WMT16 val.de, which the official files corrected in 61 lines.
+HUB_DATASETS = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14"}
+# Weights inherit the terms of their training data: (license, license_name, license_link) for data with terms of its
+# own; other data leaves the card's license to the caller (apache-2.0, the code's, by default).
+DATA_TERMS = {
+    "multi30k": ("other", "multi30k-non-commercial", "https://github.com/multi30k/dataset#use-of-the-data"),
+    "tatoeba": ("cc-by-2.0", None, None),  # Tatoeba's sentences: CC-BY 2.0 France
+}
+DATASET_TITLES = {
+    "multi30k": "Multi30k Task 1",
+    "builtin-en-de-grammar": "the built-in English→German grammar corpus",
+    "wmt14": "WMT 2014",
+    "tatoeba": "Tatoeba",
+}
+EXAMPLES = {
+    "en": "A man is riding a bike down the street.",
+    "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.",
+    "zh": "我今天在公园里看到了一只很大的狗。",
+}
+CONFIG_HYPERPARAMETERS = (
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "encoder_ffn_dim",
+    "dropout",
+    "vocab_size",
+)
+PRESET_HYPERPARAMETERS = ("max_tokens", "tokens_per_update", "warmup_steps", "lr_factor", "label_smoothing")
+
+
+def dataset_id(corpus: str) -> str:
+    """The name the card gives a training preset's `corpus`: a folder counts by its name (`multi30k`)."""
+    if corpus == "builtin":
+        return "builtin-en-de-grammar"
+    if corpus.endswith(".txt") or Path(corpus).is_file():  # manythings.org's Anki files hold Tatoeba's sentences
+        return "tatoeba"
+    if corpus.startswith(("/", "./", "../", "~")) or Path(corpus).is_dir():
+        return Path(corpus).name
+    return corpus  # a `datasets` name (`wmt14`, `bentrevett/multi30k`) is already an id
+
+
+def hub_dataset_ids(dataset: str) -> list[str]:
+    """The card's `datasets`: the Hub dataset holding `dataset` (a `dataset_id`), or none for data no Hub dataset
+    holds (the built-in corpus, a local folder), rather than a name the Hub would link to nothing."""
+    if dataset in HUB_DATASETS:
+        return [HUB_DATASETS[dataset]]
+    return [dataset] if "/" in dataset else []
+
+
+def decoding_summary(generation: dict | None = None) -> str:
+    """The decoding a `generation_config.json` sets, in a few words (the paper's §6.1 settings when not given)."""
+    generation = generation or {}
+    return (
+        f"beam {generation.get('num_beams', 4)}, GNMT length penalty α={generation.get('length_penalty', 0.6)}, "
+        f"at most input length + {generation.get('max_new_tokens_over_input', 50)} tokens"
+    )
+
+
+def training_hyperparameters(config: dict, preset: dict | None = None, generation: dict | None = None) -> dict:
+    """The card's hyperparameter table: the architecture from `config.json`, the recipe from the run's preset, the
+    decoding from `generation_config.json` (the paper's when not given)."""
+    table = {key: config[key] for key in CONFIG_HYPERPARAMETERS if key in config}
+    table.update({key: preset[key] for key in PRESET_HYPERPARAMETERS if preset and key in preset})
+    table["optimizer"] = "Adam(0.9, 0.98, 1e-9)"
+    table["decoding"] = decoding_summary(generation)
+    return table
+
+
+def render_model_card(
+    name: str,
+    results: dict[str, dict],
+    training: dict,
+    *,
+    dataset: str = "multi30k",
+    languages: tuple[str, str] = ("en", "de"),
+    repo_id: str | None = None,
+    license: str = "apache-2.0",  # noqa: A002  (the card's own field name)
+    reproduce: list[str] | None = None,
+    evaluated_during_training: bool = False,
+    data: dict | None = None,
+    examples: list[dict] | None = None,
+) -> ModelCard:
+    """The model card from the package's template, `vanilla_transformer/release/templates/model_card.md`.
+
+    `results` maps a split to its scores (`sacrebleu`, `chrf`, optionally `tokenized_bleu` and `signature`); splits
+    named with a slice (`test2016[:50]`) stay out of the `model-index`. `training` holds `summary`,
+    `hyperparameters` and optionally `status`. `data` is what `release.ReleaseData.record()` says of a TSV file
+    (name, SHA-256, split sizes, contributors), `examples` translations to show (`source`, `reference`,
+    `translation`). The YAML metadata (and its `model-index`) is written by
+    `huggingface_hub.ModelCardData`, so it parses with the Hub's own reader.
+    """
+    if not CARD_TEMPLATE.is_file():
+        raise FileNotFoundError(
+            f"the card template {CARD_TEMPLATE} is missing: it is package data of vanilla_transformer "
+            f"(release/templates/model_card.md), left out of this install; reinstall the package, or "
+            f"write README.md yourself."
+        )
+    source, target = languages
+    title = DATASET_TITLES.get(dataset, dataset)
+    rows = []
+    eval_results = []
+    for split, scores in results.items():
+        rows.append(
+            {
+                "split": split,
+                "tokenized_bleu": scores.get("tokenized_bleu", "–"),
+                "sacrebleu": scores["sacrebleu"],
+                "chrf": scores["chrf"],
+            }
+        )
+        if "[" in split:
+            continue
+        metrics = [("sacrebleu", scores["sacrebleu"], "sacreBLEU"), ("chrf", scores["chrf"], "chrF")]
+        if "tokenized_bleu" in scores:
+            metrics.insert(0, ("bleu", scores["tokenized_bleu"], "BLEU (lowercased Moses-tokenized reference)"))
+        eval_results += [
+            EvalResult(
+                task_type="translation",
+                task_name=f"Translation {source.capitalize()}-{target.capitalize()}",
+                dataset_type=dataset,
+                dataset_name=f"{title[0].upper()}{title[1:]} {split}",
+                dataset_split=split,
+                dataset_config=f"{source}-{target}",
+                metric_type=metric,
+                metric_value=value,
+                metric_name=metric_name,
+            )
+            for metric, value, metric_name in metrics
+        ]
+    license_name = license_link = None
+    if dataset in DATA_TERMS:
+        license, license_name, license_link = DATA_TERMS[dataset]
+    card_data = ModelCardData(
+        language=[source, target],
+        license=license,
+        license_name=license_name,
+        license_link=license_link,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "transformer", "attention-is-all-you-need", dataset],
+        datasets=hub_dataset_ids(dataset) or None,
+        metrics=sorted({result.metric_type for result in eval_results}),
+        model_name=name,
+        eval_results=eval_results or None,
+    )
+    signatures = [scores["signature"] for scores in results.values() if scores.get("signature")]
+    bleu_tokenizer = next((part[4:] for part in (signatures or [""])[0].split("|") if part.startswith("tok:")), "13a")
+    # trim_blocks/lstrip_blocks: the template's {% %} lines leave no blank lines; StrictUndefined: a misspelt
+    # variable fails here instead of vanishing from the card
+    environment = jinja2.Environment(
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined
+    )
+    text = environment.from_string(
+        CARD_TEMPLATE.read_text()
+    ).render(
+        card_data=card_data.to_yaml(),
+        name=name,
+        repo_id=repo_id or f"your-name/{name}",  # where the folder is not pushed yet: the user's namespace
+        dataset=dataset,
+        dataset_title=title,
+        multi30k_commit=MULTI30K_COMMIT[:7],  # the files `multi30k_dir` downloads
+        source_language=LANGUAGE_NAMES.get(source, source),
+        target_language=LANGUAGE_NAMES.get(target, target),
+        example=EXAMPLES.get(source, EXAMPLES["en"]),
+        status=training.get("status"),
+        results=rows,
+        has_tokenized_bleu=any("tokenized_bleu" in scores for scores in results.values()),
+        evaluated_during_training=evaluated_during_training,
+        signature=signatures[0] if signatures else None,
+        training_summary=training["summary"],
+        hyperparameters=training["hyperparameters"],
+        decoding=training["hyperparameters"].get("decoding", decoding_summary()),
+        reproduce=reproduce,
+        bleu_tokenizer=bleu_tokenizer,
+        data=data or {},
+        examples=examples or [],
+        tutorial_link=TUTORIAL_LINK,
+    )
+    return ModelCard(text)
+
+
+def card_from_release_record(name: str, record: dict, repo_id: str | None = None) -> ModelCard:
+    """The card of a release folder from its `results.json` (`release.write_release`): Multi30k en→de where the
+    record names no data (releases before it did)."""
+    data = record.get("data", {"dataset": "multi30k", "languages": ["en", "de"]})
+    return render_model_card(
+        name,
+        record["results"],
+        record["training"],
+        dataset=data["dataset"],
+        languages=tuple(data["languages"]),
+        repo_id=repo_id,
+        reproduce=record.get("reproduce"),
+        data=data,
+        examples=record.get("examples"),
+    )
+
+
+def card_from_training_log(
+    name: str,
+    log_history: list[dict],
+    config: dict,
+    *,
+    global_step: int,
+    epoch: float,
+    parameters: int,
+    preset: dict | None = None,
+    dataset: str,
+    languages: tuple[str, str] = ("en", "de"),
+    repo_id: str | None = None,
+    license: str = "apache-2.0",  # noqa: A002
+) -> ModelCard:
+    """A card from what a `Trainer` run records (`trainer_state.json`'s `log_history`, `config.json`, the preset):
+    its results are the last evaluation's sacreBLEU and chrF on the validation split."""
+    evaluations = [entry for entry in log_history if "eval_bleu" in entry]
+    if not evaluations:
+        raise ValueError(
+            f"the training log of {name} holds no evaluation (no `eval_bleu` entry), so the card would have no "
+            f"results: evaluate before pushing (`trainer.evaluate()`, or eval_strategy='steps') or write README.md."
+        )
+    last = evaluations[-1]
+    split = (preset or {}).get("valid_split", "validation")
+    results = {split: {"sacrebleu": round(last["eval_bleu"], 2), "chrf": round(last["eval_chrf"], 2)}}
+    training = {
+        "summary": (
+            f"{parameters:,} parameters; {global_step} updates ({epoch:.1f} epochs); scores of the evaluation at "
+            f"update {last.get('step', global_step)}."
+        ),
+        "hyperparameters": training_hyperparameters(config, preset),
+    }
+    return render_model_card(
+        name,
+        results,
+        training,
+        dataset=dataset,
+        languages=languages,
+        repo_id=repo_id,
+        license=license,
+        evaluated_during_training=True,
+    )
+
+
+def _count_parameters(weights: Path) -> int:
+    """Parameters as stored (tied matrices once), read from the safetensors header only."""
+    with safe_open(weights, framework="pt") as handle:
+        total = 0
+        for key in handle.keys():
+            size = 1
+            for dim in handle.get_slice(key).get_shape():
+                size *= dim
+            total += size
+        return total
+
+
+def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard | None:
+    """Render a card for a folder that has none, from its run's records; None when there are none.
+
+    A release folder has `results.json` (`scripts/release.py`); a training job's folder (`<run>/final`, as
+    `scripts/train.py` leaves it) has the run's `trainer_state.json` in its newest checkpoint and `preset.json`
+    beside it.
+    """
+    folder = Path(folder)
+    name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
+    if (folder / "results.json").is_file():
+        return card_from_release_record(name, json.loads((folder / "results.json").read_text()), repo_id=repo_id)
+    candidates = [folder / "trainer_state.json"]
+    for run in (folder, folder.parent):
+        candidates += [checkpoint / "trainer_state.json" for checkpoint in reversed(list_checkpoints(run))]
+    state_file = next((path for path in candidates if path.is_file()), None)
+    if state_file is None or not (folder / "config.json").is_file() or not (folder / SAFE_WEIGHTS_NAME).is_file():
+        return None
+    state = json.loads(state_file.read_text())
+    preset_file = next((p for p in (folder / "preset.json", folder.parent / "preset.json") if p.is_file()), None)
+    if preset_file is None:  # without it the training data is unknown, and the card's `datasets` would be a guess
+        return None
+    preset = json.loads(preset_file.read_text())
+    return card_from_training_log(
+        name,
+        state["log_history"],
+        json.loads((folder / "config.json").read_text()),
+        global_step=state["global_step"],
+        epoch=state.get("epoch") or 0.0,
+        parameters=_count_parameters(folder / SAFE_WEIGHTS_NAME),
+        preset=preset,
+        dataset=dataset_id(preset["corpus"]),
+        repo_id=repo_id,
+    )

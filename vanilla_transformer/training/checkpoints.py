@@ -1,0 +1,215 @@
+"""Checkpoint averaging (§6.1: "For the base models, we used a single model obtained by averaging the last 5
+checkpoints ... For the big models, we averaged the last 20 checkpoints")."""
+
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+from transformers.utils import SAFE_WEIGHTS_NAME
+
+from ..data.tokenization import load_tokenizer, tokenizer_fingerprint
+from ..files.loading import check_config_file, check_model_folder, write_checksums
+from ..files.outputs import check_not_an_input, check_output_folder, staged_folder
+from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+# A checkpoint is written under this prefix and renamed to checkpoint-N when complete (`VanillaTransformerTrainer`);
+# a folder still carrying it was interrupted.
+STAGING_PREFIX = "tmp-"
+# The Trainer writes trainer_state.json last: a checkpoint-N folder without it (written in place by another tool,
+# or half deleted by checkpoint rotation) cannot resume a run.
+RESUME_FILES = ("trainer_state.json", SAFE_WEIGHTS_NAME)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The update count in a `checkpoint-<step>` folder's name."""
+    return int(CHECKPOINT_PATTERN.match(folder.name).group(1))
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The `checkpoint-<step>` folders of a Trainer run, oldest first (by step, not by name)."""
+    folders = [p for p in Path(run_dir).iterdir() if p.is_dir() and CHECKPOINT_PATTERN.match(p.name)]
+    return sorted(folders, key=checkpoint_step)
+
+
+def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest `checkpoint-N` of `run_dir` that holds everything a resume needs (`RESUME_FILES`), or None. Staged
+    folders (`tmp-checkpoint-N`) are never candidates; incomplete checkpoints are skipped with a warning."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return None
+    for folder in reversed(list_checkpoints(run_dir)):
+        missing = [name for name in RESUME_FILES if not (folder / name).is_file()]
+        if not missing:
+            return folder
+        logger.warning("skipping %s: it lacks %s, so it was not completely written", folder, ", ".join(missing))
+    return None
+
+
+def remove_stale_staging(run_dir: str | Path) -> list[Path]:
+    """Delete the `tmp-checkpoint-N` folders an interrupted run left in `run_dir` (logging each); returns them."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    stale = sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith(STAGING_PREFIX + "checkpoint-"))
+    for folder in stale:
+        logger.warning("removing %s, a checkpoint whose writing was interrupted", folder)
+        shutil.rmtree(folder)
+    return stale
+
+
+def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the `model.safetensors` weights of `folders` (float32 accumulation); every folder is
+    checked first (`loading.check_model_folder`), so that a truncated, bit-flipped, cut or diverged checkpoint is
+    named, not averaged in."""
+    if not folders:
+        raise ValueError("no checkpoints to average.")
+    for folder in folders:
+        check_model_folder(folder)
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for folder in folders:
+        path = folder / SAFE_WEIGHTS_NAME
+        state = load_file(path)
+        if total and state.keys() != total.keys():
+            raise ValueError(f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only.")
+        for name, tensor in state.items():
+            total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
+            dtypes[name] = tensor.dtype
+    return {name: (tensor / len(folders)).to(dtypes[name]) for name, tensor in total.items()}
+
+
+# The config.json fields that make two checkpoints the same model: averaging is only meaningful for checkpoints of one
+# run, and a run never changes these (dropout and init_std change training, not what the weights mean).
+ARCHITECTURE_FIELDS = (
+    "model_type",
+    *SIZE_FIELDS,
+    "activation_function",
+    "scale_embedding",
+    "position_encoding",
+    "normalize_before",
+    "attention_bias",
+    "share_encoder_decoder_embeddings",
+    "tie_word_embeddings",
+    "layer_norm_eps",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+)
+
+
+def run_inputs(run_dir: str | Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
+    """What an output written from a training run must leave alone, as `outputs.check_not_an_input` takes it: the
+    inputs (each checkpoint, staged ones too, the run's tokenizer and preset.json) and the holder (the run folder,
+    which may hold outputs such as `final/` but must neither be nor lie inside one)."""
+    run = Path(run_dir)
+    inputs: list[tuple[str, Path]] = []
+    if run.is_dir():
+        inputs += [
+            ("checkpoint", path)
+            for path in sorted(run.iterdir())
+            if path.is_dir() and CHECKPOINT_PATTERN.match(path.name.removeprefix(STAGING_PREFIX))
+        ]
+    inputs += [("the run's tokenizer", run / "tokenizer"), ("the run's preset", run / "preset.json")]
+    return [(label, path) for label, path in inputs if path.exists()], [("--run-dir", run)]
+
+
+def _architecture(config: dict) -> dict:
+    defaults = VanillaTransformerConfig().to_dict()
+    values = {field: config.get(field, defaults.get(field)) for field in ARCHITECTURE_FIELDS}
+    if values["decoder_vocab_size"] is None:
+        values["decoder_vocab_size"] = values["vocab_size"]
+    return values
+
+
+def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
+    """Raise a `ValueError` unless `folders` are checkpoints of one run: the same architecture in every config.json
+    (`ARCHITECTURE_FIELDS`, and `tokenizer_fingerprint` where two record one), and each checkpoint's tokenizer (its
+    tokenizer.json and the fingerprint its config.json records) the run's own: `run_dir/tokenizer`, else the newest
+    checkpoint's (`tokenization.tokenizer_fingerprint`)."""
+    newest = folders[-1]
+    configs = {folder: check_config_file(folder / "config.json") for folder in folders}
+    reference = _architecture(configs[newest])
+    for folder in folders[:-1]:
+        values = _architecture(configs[folder])
+        differences = [
+            f"{field}: {values[field]!r} vs {reference[field]!r}"
+            for field in values
+            if values[field] != reference[field]
+        ]
+        fingerprints = configs[folder].get("tokenizer_fingerprint"), configs[newest].get("tokenizer_fingerprint")
+        if None not in fingerprints and fingerprints[0] != fingerprints[1]:
+            differences.append(f"tokenizer_fingerprint: {fingerprints[0]!r} vs {fingerprints[1]!r}")
+        if differences:
+            raise ValueError(
+                f"{folder.name} and {newest.name} in {run_dir} are not checkpoints of one run: their config.json "
+                f"differ in {'; '.join(differences)}; average checkpoints of one run only (move the others out of "
+                f"{run_dir}, or lower --last)."
+            )
+    run_tokenizer = Path(run_dir) / "tokenizer"
+    with_tokenizer = [folder for folder in folders if (folder / "tokenizer.json").is_file()]
+    if (run_tokenizer / "tokenizer.json").is_file():
+        reference = run_tokenizer
+    elif with_tokenizer:
+        reference = with_tokenizer[-1]
+    else:
+        return
+    expected = tokenizer_fingerprint(load_tokenizer(reference))
+    for folder in folders:
+        found = {
+            "tokenizer.json": tokenizer_fingerprint(load_tokenizer(folder)) if folder in with_tokenizer else None,
+            "config.json's tokenizer_fingerprint": configs[folder].get("tokenizer_fingerprint"),
+        }
+        for what, digest in found.items():
+            if digest is not None and digest != expected:
+                raise ValueError(
+                    f"{folder}'s {what} names another tokenizer than {reference} (fingerprint {digest[:12]}… vs "
+                    f"{expected[:12]}…): that checkpoint was trained with other token ids; average checkpoints of "
+                    f"one run only (move {folder.name} out of {run_dir}, or lower --last)."
+                )
+
+
+def average_checkpoints(
+    run_dir: str | Path, output_dir: str | Path, last: int, overwrite: bool = False, command: str = "average"
+) -> list[Path]:
+    """Average the last `last` checkpoints of `run_dir` into a loadable model folder at `output_dir` (config,
+    generation config and tokenizer from the newest checkpoint), for `vanilla-transformer <command>`. Returns the
+    averaged checkpoint folders.
+
+    Refused before anything is loaded (`outputs`): an `output_dir` that is, contains or lies inside a checkpoint or
+    the run's tokenizer, or is or contains the run folder; a non-empty `output_dir` that is not a model folder a
+    command wrote (unless `overwrite`); checkpoints of different runs or tokenizers (`check_one_run`). The folder is
+    written beside its destination and moved into place only when complete."""
+    checkpoints = list_checkpoints(run_dir)
+    if last < 1:
+        raise ValueError(f"last={last}: average at least one checkpoint.")
+    if len(checkpoints) < last:
+        raise ValueError(
+            f"{run_dir} has {len(checkpoints)} checkpoints ({[p.name for p in checkpoints]}), fewer than the "
+            f"{last} asked for; lower --last or train longer."
+        )
+    inputs, holders = run_inputs(run_dir)
+    check_not_an_input(output_dir, inputs, holders=holders)
+    check_output_folder(output_dir, "model", overwrite)
+    chosen = checkpoints[-last:]
+    check_one_run(run_dir, chosen)
+    averaged = average_state_dicts(chosen)
+    # the weights are replaced by the average, and the newest checkpoint's were checked above
+    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True, refuse_impossible_weights=False)
+    # the names and shapes were checked with each checkpoint; tied matrices are stored once (`model.shared.weight`)
+    model.load_state_dict(averaged, strict=False)
+    model.tie_weights()
+
+    with staged_folder(output_dir, "model", command, overwrite) as staging:
+        model.save_pretrained(staging)
+        write_checksums(staging)
+        if (chosen[-1] / "tokenizer.json").is_file():
+            load_tokenizer(chosen[-1]).save_pretrained(staging)
+    return chosen

@@ -1,0 +1,445 @@
+"""The paper's training recipe (§5) as a plain `accelerate` loop, in the style of transformers'
+`examples/pytorch/translation/run_translation_no_trainer.py`: the same data, tokenizer, model, token batches (§5.1),
+Adam and schedule (§5.3) and label smoothing (§5.4) as `training.train`, with every step written out.
+
+One process, `torchrun`/`accelerate launch` over N processes (DDP), FSDP and mixed precision all run this one loop;
+`accelerate` decides which from its launcher or config. An update is the same under all of them: the gradient of the
+summed smoothed cross-entropy of every micro-batch on every process, divided by the target tokens of all of them, so
+N processes with batches of b pairs give exactly the update of one process with batches of N·b.
+"""
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, set_seed
+from torch.utils.data import DataLoader
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.dynamic_module_utils import custom_object_save
+
+from ..data.batching import Seq2SeqCollator
+from ..data.corpora import corpus_languages
+from ..data.streaming import DEFAULT_BUFFER_PAIRS, StreamingTokenBatches
+from ..data.tokenized import model_columns
+from ..files.outputs import (
+    STAGED_SUFFIX,
+    begin_staged_folder,
+    fsync_directory,
+    fsync_tree,
+    publish_staged_folder,
+    write_text_atomic,
+)
+from ..inference.evaluation import IGNORED_LABEL_ID, score_translations
+from ..model.modeling_vanilla_transformer import own_class
+from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
+from .fsdp import shard_tied_embeddings
+from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
+from .presets import RunSettings, TrainingPreset
+from .run import TOKENIZER_SAMPLE_PAIRS, check_run_folder, prepare_run, run_lock
+from .settings_check import check_settings, check_streaming
+
+LOG_FILE = "train_log.json"
+# the middle of the fixed hidden name the final model is written under (`save_final_model`)
+FINAL_STAGING = "final-model"
+
+
+@dataclass
+class NoTrainerRun:
+    """What a run of `train_no_trainer` did: the loss and gradient norm of every update (global, over all processes
+    and micro-batches), the last evaluation and where the model went."""
+
+    output_dir: Path
+    final_dir: Path
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    evaluations: list[dict] = field(default_factory=list)
+    predictions: list[str] = field(default_factory=list)
+    train_seconds: float = 0.0
+
+
+def evaluate_translations(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    loader: DataLoader,
+    tokenizer: PreTrainedTokenizerBase,
+    num_beams: int = 1,
+) -> tuple[list[str], list[str]]:
+    """Translate a prepared (sharded) evaluation loader on every process and return `(hypotheses, references)` of the
+    whole set, in dataset order, on every process.
+
+    Each process decodes its own batches with `unwrap_model(model).generate` (the paper's decoding from the
+    generation config unless `num_beams` overrides it). `accelerate` pads the last batches so that every process has
+    as many as the others; `gather_for_metrics` drops those repeated examples again, so each example is counted once.
+    """
+    unwrapped = accelerator.unwrap_model(model)
+    was_training = unwrapped.training
+    unwrapped.eval()
+    hypotheses, references = [], []
+    pad = tokenizer.pad_token_id
+    for batch in loader:
+        with torch.inference_mode():
+            generated = unwrapped.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams
+            )
+        # processes decode to different lengths; gathering needs one shape
+        generated = accelerator.pad_across_processes(generated, dim=1, pad_index=pad)
+        labels = accelerator.pad_across_processes(batch["labels"], dim=1, pad_index=IGNORED_LABEL_ID)
+        generated, labels = accelerator.gather_for_metrics((generated, labels))
+        labels = labels.masked_fill(labels == IGNORED_LABEL_ID, pad)
+        hypotheses += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        references += [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+    unwrapped.train(was_training)
+    return hypotheses, references
+
+
+def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """What `save_pretrained` writes besides the weights: the two code files with an `auto_map` (so the folder also
+    loads with `trust_remote_code=True` without this package), config, generation config, and the tokenizer."""
+    if model._auto_class is not None:
+        model.add_remote_auto_map()
+        with own_class(model):  # not FSDP2's class of the same name, whose code is torch's
+            custom_object_save(model, folder, config=model.config)
+    model.config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def save_checkpoint(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    tokenizer,
+    folder: Path,
+    keep: int,
+    stream: StreamingTokenBatches | None = None,
+) -> None:
+    """`accelerator.save_state` (weights as `model.safetensors`, optimizer, schedule, random states) plus config,
+    generation config and tokenizer, so that a checkpoint also loads with `from_pretrained` and averages with
+    `checkpoints.average_checkpoints` (§6.1) like the Trainer's. Only the newest `keep` checkpoints are kept.
+
+    Every process writes into `tmp-checkpoint-N` (`checkpoints.STAGING_PREFIX`), which becomes `checkpoint-N` only
+    when complete, so a run killed while saving leaves no half-written checkpoint to resume from. A streamed run's
+    processes each add their position in the stream (`stream_state_name`), where a resume continues exactly."""
+    staging = folder.with_name(STAGING_PREFIX + folder.name)
+    if accelerator.is_main_process:
+        shutil.rmtree(staging, ignore_errors=True)  # a leftover of a run killed while saving this step
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging), safe_serialization=True)
+    if stream is not None:
+        (staging / stream_state_name(accelerator)).write_text(json.dumps(stream.state_dict()) + "\n")
+    if accelerator.is_main_process:
+        save_model_files(accelerator.unwrap_model(model), tokenizer, staging)
+    accelerator.wait_for_everyone()  # every process's random states are in
+    if accelerator.is_main_process:
+        fsync_tree(staging)  # the bytes reach the disk before the name does
+        if folder.exists():  # a checkpoint of this step from before a resume: the new one replaces it
+            shutil.rmtree(folder)
+        staging.rename(folder)
+        fsync_directory(folder.parent)
+        for old in list_checkpoints(folder.parent)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+
+
+def stream_state_name(accelerator: Accelerator) -> str:
+    """The file of a checkpoint that holds this process's position in the training stream."""
+    return f"stream_state_{accelerator.process_index}.json"
+
+
+def save_final_model(
+    accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, command: str = "train-no-trainer"
+) -> None:
+    """The model's `save_pretrained` (config, generation config, the code files and weights, the tied matrix once)
+    of the weights `accelerator.get_state_dict` gathers from every process (FSDP's shards), and the tokenizer: a
+    folder for `from_pretrained`. It is written under a hidden name beside `folder` and replaces it whole
+    (`outputs.publish_staged_folder`) only when complete."""
+    # one name every process knows (save_model gathers from all of them), not a random one
+    staging = folder.with_name(f".{folder.name}-{FINAL_STAGING}{STAGED_SUFFIX}")
+    if accelerator.is_main_process:
+        begin_staged_folder(folder, name=staging.name)
+    accelerator.wait_for_everyone()
+    try:
+        state_dict = accelerator.get_state_dict(model)  # every process: FSDP gathers the shards
+        if accelerator.is_main_process:
+            unwrapped = accelerator.unwrap_model(model)
+            # FSDP gathers each name of a tied matrix as a tensor of its own, and save_pretrained would then keep
+            # lm_head.weight: keep model.shared.weight, the name a one-process save_pretrained keeps
+            for alias in unwrapped.all_tied_weights_keys:
+                state_dict.pop(alias, None)
+            unwrapped.save_pretrained(staging, state_dict=state_dict)
+            tokenizer.save_pretrained(staging)
+            # the run's own final/: replaced whatever it held
+            publish_staged_folder(staging, folder, "model", command, overwrite=True)
+    finally:
+        if accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def train_no_trainer(
+    preset: TrainingPreset,
+    output_dir: str | Path,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    seed: int = 0,
+    per_device_batch_size: int | None = None,
+    gradient_accumulation_steps: int | None = None,
+    max_grad_norm: float = 0.0,
+    mixed_precision: str | None = None,
+    resume: bool = True,
+    eval_beams: int = 1,
+    eval_samples: int | None = None,
+    eval_batch_size: int = 64,
+    train_samples: int | None = None,
+    log_steps: int = 50,
+    threads: int | None = None,
+    overwrite: bool = False,
+    tokenizer_path: str | Path | None = None,
+    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
+    streaming: bool = False,
+    stream_buffer_pairs: int = DEFAULT_BUFFER_PAIRS,
+) -> NoTrainerRun:
+    """Train `preset` into `output_dir` with a hand-written `accelerate` loop; resume from the newest
+    `checkpoint-N` there when `resume`. Launch it once per process (`accelerate launch`, `torchrun`).
+
+    Batches are token budgets of `preset.max_tokens` padded tokens per process (§5.1), or `per_device_batch_size`
+    pairs when given. Gradient accumulation defaults to about `preset.tokens_per_update` tokens per update counted
+    over all processes. `max_grad_norm=0` clips nothing, as the paper. Validation (greedy unless `eval_beams`) runs
+    every `preset.eval_steps` updates and at the end on the first `eval_samples` valid pairs; checkpoints every
+    `preset.save_steps` (the newest `preset.average_last` are kept); the final weights go to `output_dir/final`.
+    The loss and gradient norm of every update, each evaluation and the last validation translations go to
+    `output_dir/train_log.json`.
+
+    Settings that cannot finish are refused before the corpus is loaded or, for those that depend on the data, right
+    after it is tokenized (`settings_check`), as are folders that hold a run with other settings.
+
+    `output_dir` must be new, empty, or a run of ours (`training.check_run_folder`; anything else only with
+    `overwrite`). Checkpoints, `final/` and the log are written under other names and renamed when complete.
+    """
+    # before the process group exists: every process refuses the same settings, none waits for another
+    source_lang, target_lang = corpus_languages(preset.corpus, source_lang, target_lang)
+    # left out, accelerate takes it from its launcher (which passes it on in this variable) or config
+    precision = mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"
+    run = RunSettings.for_corpus(
+        preset.corpus,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        seed=seed,
+        precision="fp32" if precision == "no" else precision,
+        per_device_batch_size=per_device_batch_size,
+        max_grad_norm=max_grad_norm,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        train_samples=train_samples,
+        stream_buffer_pairs=stream_buffer_pairs if streaming else None,
+    )
+    check_settings(
+        preset,
+        output_dir,
+        resume=resume,
+        averages_checkpoints=False,  # the loop keeps its checkpoints and saves its last weights as they are
+        per_device_batch_size=per_device_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        train_samples=train_samples,
+        eval_samples=eval_samples,
+        eval_beams=eval_beams,
+        eval_batch_size=eval_batch_size,
+        log_steps=log_steps,
+        max_grad_norm=max_grad_norm,
+        threads=threads,
+        mixed_precision=precision,
+        run=run,
+    )
+    if streaming:
+        check_streaming(preset.corpus, output_dir, tokenizer_path, per_device_batch_size, train_samples)
+    # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
+    check_run_folder(preset, output_dir, overwrite)
+    output = Path(output_dir)
+    accelerator = Accelerator(
+        # without a GPU, accelerate forms a multi-process (gloo) group only when told it runs on the CPU
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=mixed_precision,
+        # the paper's schedule counts updates, so the scheduler steps once per update, not once per process
+        step_scheduler_with_optimizer=False,
+        # pairs drawn by a sampler seeded from (seed, epoch) alone: the same permutation on every process and for any
+        # number of processes, and again after a resume
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+    )
+    if threads:
+        torch.set_num_threads(threads)
+    set_seed(seed)
+    with run_lock(accelerator.state, output):  # one run at a time in a folder
+        if accelerator.is_main_process:
+            remove_stale_staging(output)  # checkpoints a killed run left half-written
+        prepared = prepare_run(
+            accelerator.state,
+            preset,
+            output,
+            run,
+            resume=resume,
+            tokenizer_path=tokenizer_path,
+            tokenizer_sample_pairs=tokenizer_sample_pairs,
+            per_device_batch_size=per_device_batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            train_samples=train_samples,
+            eval_samples=eval_samples,
+            streaming=streaming,
+        )
+        data, model, tokenizer = prepared.data, prepared.model, prepared.data.tokenizer
+        valid_set = model_columns(data.valid_set)  # the loaders read the token ids alone; the sampler the lengths
+        collator = Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
+        stream = None
+        if streaming:
+            # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)
+            stream = StreamingTokenBatches(
+                preset.corpus,
+                tokenizer,
+                "train",
+                source_lang,
+                target_lang,
+                max_tokens=preset.max_tokens,
+                max_length=preset.max_length,
+                buffer_pairs=stream_buffer_pairs,
+                seed=seed,
+                rank=accelerator.process_index,
+                world_size=accelerator.num_processes,
+                dataset_config=preset.dataset_config,
+            )
+            train_loader = DataLoader(stream, batch_size=None, collate_fn=collator)
+        elif per_device_batch_size:
+            # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
+            train_loader = DataLoader(
+                model_columns(data.train_set), batch_size=per_device_batch_size, shuffle=True, collate_fn=collator
+            )
+        else:
+            # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
+            # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
+            train_loader = DataLoader(
+                model_columns(data.train_set), batch_sampler=prepared.sampler, collate_fn=collator
+            )
+        accumulation = prepared.accumulation
+        accelerator.gradient_accumulation_steps = accumulation
+        valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
+
+        shard_tied_embeddings(accelerator, model)  # FSDP2 only; before the optimizer takes the parameters
+        learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
+        optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
+        scheduler = paper_schedule(optimizer, preset.warmup_steps)
+        model, optimizer, valid_loader, scheduler = accelerator.prepare(model, optimizer, valid_loader, scheduler)
+        if not streaming:
+            train_loader = accelerator.prepare(train_loader)
+        batches = "an endless stream of" if streaming else len(train_loader)
+        accelerator.print(
+            f"{prepared.summary}; {batches} batches per process and epoch on {accelerator.num_processes} process(es); "
+            f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
+            f"{preset.warmup_steps}"
+        )
+
+        run = NoTrainerRun(output, output / "final")
+        updates = 0
+        checkpoint = list_checkpoints(output)[-1] if resume and output.is_dir() and list_checkpoints(output) else None
+        if checkpoint is not None:
+            accelerator.load_state(str(checkpoint))
+            updates = checkpoint_step(checkpoint)
+            if stream is not None:
+                stream.load_state_dict(json.loads((checkpoint / stream_state_name(accelerator)).read_text()))
+            if (output / LOG_FILE).is_file():
+                log = json.loads((output / LOG_FILE).read_text())
+                run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
+                run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
+            accelerator.print(f"resuming from {checkpoint}")
+        # the last update of an epoch takes the batches left over, however few
+        # (a stream knows its own position, and its epochs have no length known in advance)
+        updates_per_epoch = math.inf if streaming else math.ceil(len(train_loader) / accumulation)
+        epoch, updates_in_epoch = (0, 0) if streaming else divmod(updates, updates_per_epoch)
+        smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
+
+        def write_log() -> None:
+            if accelerator.is_main_process:
+                log = {
+                    "losses": run.losses,
+                    "grad_norms": run.grad_norms,
+                    "evaluations": run.evaluations,
+                    "predictions": run.predictions,
+                }
+                write_text_atomic(output / LOG_FILE, json.dumps(log, indent=1) + "\n")
+
+        def validate() -> None:
+            hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)
+            scores = score_translations(hypotheses, references, lang=target_lang)
+            bleu, chrf = scores["bleu"]["score"], scores["chrf"]["score"]
+            run.evaluations.append({"step": updates, "bleu": bleu, "chrf": chrf, "n": len(hypotheses)})
+            run.predictions = hypotheses
+            accelerator.print(f"step {updates}: {run.evaluations[-1]}")
+            write_log()
+
+        start = time.perf_counter()
+        model.train()
+        # the loss and target tokens summed over the micro-batches of this process since the last update
+        summed = torch.zeros(2, device=accelerator.device)
+        while updates < preset.max_steps:
+            # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
+            if not streaming:
+                train_loader.set_epoch(epoch)
+            if prepared.sampler is not None:
+                prepared.sampler.set_epoch(epoch)
+            loader = train_loader
+            if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
+                loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)
+                updates_in_epoch = 0
+            for batch in loader:
+                if streaming:  # a loader accelerate did not prepare: its batches are on the CPU
+                    batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+                with accelerator.accumulate(model):
+                    labels = batch.pop("labels")
+                    # no key/value cache, which the model fills without labels: a recomputed layer (FSDP's
+                    # activation checkpointing) would find it full and save other tensors than the first time
+                    outputs = model(**batch, use_cache=False)
+                    # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
+                    loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
+                    accelerator.backward(loss)
+                    summed += torch.stack([loss.detach().float(), (labels != IGNORED_LABEL_ID).sum().float()])
+                    if accelerator.sync_gradients:
+                        loss_sum, target_tokens = accelerator.reduce(summed, reduction="sum").tolist()
+                        # DDP averaged the gradients over the processes and accelerator.backward divided them by the
+                        # accumulation steps: undo both and divide by the update's target tokens (fairseq's scheme)
+                        scale = accelerator.num_processes * accumulation / target_tokens
+                        for parameter in model.parameters():
+                            if parameter.grad is not None:
+                                parameter.grad.mul_(scale)
+                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
+                    optimizer.step()
+                    if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+                        scheduler.step()
+                    optimizer.zero_grad()
+                if not accelerator.sync_gradients:
+                    continue
+                updates += 1
+                summed.zero_()
+                run.losses.append(loss_sum / target_tokens)
+                run.grad_norms.append(float(grad_norm))
+                if updates % log_steps == 0:
+                    accelerator.print(
+                        f"step {updates}: loss {run.losses[-1]:.4f}, grad norm {run.grad_norms[-1]:.3f}, "
+                        f"lr {scheduler.get_last_lr()[0]:.2e}, {target_tokens:.0f} target tokens"
+                    )
+                    write_log()
+                if updates % preset.eval_steps == 0 and updates < preset.max_steps:
+                    validate()
+                if updates % preset.save_steps == 0:
+                    folder = output / f"checkpoint-{updates}"
+                    save_checkpoint(accelerator, model, tokenizer, folder, preset.average_last, stream)
+                if updates >= preset.max_steps:
+                    break
+            epoch += 1
+        run.train_seconds = time.perf_counter() - start
+
+        validate()
+        save_final_model(accelerator, model, tokenizer, run.final_dir)
+        accelerator.print(f"final model: {run.final_dir}")
+        accelerator.end_training()
+        return run

@@ -1,0 +1,261 @@
+"""`VanillaTransformerTrainer`: `Seq2SeqTrainer` with the paper's recipe (§5: token-budget batches, the §5.3
+schedule) and crash-safe checkpoints, a Hub upload without pickles, and the project's model card."""
+
+import copy
+import logging
+import math
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, TrainOutput, rotate_checkpoints
+
+from ..data.batching import TokenBudgetBatchSampler
+from ..files.loading import write_checksums
+from ..files.outputs import fsync_directory, fsync_tree
+from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
+from .optimization import paper_schedule
+
+logger = logging.getLogger(__name__)
+
+
+class VanillaTransformerTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with token-budget batches for training, the §5.3 schedule, and crash-safe checkpoints.
+
+    `max_tokens` bounds the padded source+target tokens of a batch (`None`: the Trainer's batches of
+    `args.per_device_train_batch_size` pairs); `batch_sampler`, when given, is the `TokenBudgetBatchSampler` of
+    `train_dataset` with `max_tokens` and `batching_seed`, built by the caller (else built here, once); `warmup_steps`
+    parameterizes the schedule, whose peak is `args.learning_rate`.
+
+    With `push_to_hub=True` and `hub_strategy="end"`, `trainer.push_to_hub(dataset=...)` after training uploads a
+    complete repo: weights, config with `auto_map`, the two code files, tokenizer, and the project's model card
+    (`templates/model_card.md`, with the last evaluation's scores), without the pickled `training_args.bin`.
+
+    A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed to `checkpoint-N`, so a
+    run killed while saving (out of memory, pre-emption, Ctrl-C) never leaves a half-written `checkpoint-N` for the
+    next run to resume from; `train(resume_from_checkpoint=True)` takes the newest complete checkpoint and removes
+    interrupted `tmp-checkpoint-*` folders. Resuming from a checkpoint that has reached `args.max_steps` loads it and
+    trains nothing, where transformers' loop would take one step more.
+    """
+
+    def __init__(
+        self,
+        *args,
+        max_tokens: int | None,
+        warmup_steps: int,
+        batching_seed: int = 0,
+        batch_sampler: TokenBudgetBatchSampler | None = None,
+        **kwargs,
+    ):
+        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if arguments is not None and arguments.push_to_hub and arguments.hub_strategy != HubStrategy.END:
+            # checked before Trainer.__init__, which creates the repo: transformers' per-checkpoint pushes upload
+            # weights without the code files or card, plus a pickle
+            raise ValueError(
+                f"hub_strategy={arguments.hub_strategy.value!r} would push every checkpoint's weights without the "
+                f"code files and card, with a pickled training_args.bin; set hub_strategy='end' and call "
+                f"trainer.push_to_hub() after train() for one complete repo."
+            )
+        self.max_tokens = max_tokens
+        self.warmup_steps = warmup_steps
+        self.batching_seed = batching_seed
+        self._batch_sampler = batch_sampler  # built once: sorting millions of lengths is not free
+        self._staging_dir: str | None = None
+        super().__init__(*args, **kwargs)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        if self.args.should_save:
+            remove_stale_staging(self.args.output_dir)
+        if resume_from_checkpoint is True:  # transformers' own lookup would take a checkpoint-N however incomplete
+            latest = last_complete_checkpoint(self.args.output_dir)
+            if latest is None:
+                raise ValueError(f"resume_from_checkpoint=True but {self.args.output_dir} has no complete checkpoint.")
+            resume_from_checkpoint = str(latest)
+        if resume_from_checkpoint:
+            state = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME))
+            if 0 < self.args.max_steps <= state.global_step:
+                # a finished run started again: transformers' loop would take one more step before it looks at
+                # max_steps, save it, and rotate the oldest kept checkpoint out of the final average
+                logger.warning(
+                    f"{resume_from_checkpoint} has reached max_steps={self.args.max_steps}; nothing to train"
+                )
+                # private `Trainer._load_from_checkpoint`: the one place that restores a checkpoint's weights
+                # (safetensors, sharded, PEFT, FSDP/DeepSpeed) into the model without training; no public method
+                # loads a checkpoint apart from `train(resume_from_checkpoint=...)`, which would take the extra step
+                self._load_from_checkpoint(resume_from_checkpoint)
+                self.state = state
+                losses = [entry["train_loss"] for entry in state.log_history if "train_loss" in entry]
+                return TrainOutput(state.global_step, losses[-1] if losses else math.nan, {"train_runtime": 0.0})
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    # Private override. Needed for: a resume that reports no missing keys. A checkpoint stores tied matrices once
+    # (`model.shared.weight`), and transformers would report their aliases as missing on every resume, although
+    # loading the one matrix restores them all. No public hook: `_load_from_checkpoint` and `_load_best_model` call
+    # this with the load result directly, and a filter on transformers' logger would hide real missing keys too.
+    # Fails loudly if transformers changes it: tests/test_trainer.py::test_resume_reproduces_the_uninterrupted_run.
+    def _issue_warnings_after_load(self, load_result) -> None:
+        tied = set(self.model.all_tied_weights_keys)
+        untied = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=untied))
+
+    # Private override. Needed for: crash-safe checkpoints (`_save_checkpoint` below). While `_save_checkpoint` runs,
+    # transformers' code writes `checkpoint-N` inside the staging folder. No public hook: transformers' checkpoint
+    # code takes its folder from this method alone, and changing `args.output_dir` for the save would also move
+    # what callbacks, logging and `push_to_hub` see at that moment. Tested, with `_save_checkpoint`, by
+    # tests/test_faults_training.py::test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run (a kill inside
+    # the save leaves the half-written weights in `tmp-checkpoint-N`) and tests/test_trainer.py's rotation test.
+    def _get_output_dir(self, trial) -> str:
+        return self._staging_dir if self._staging_dir is not None else super()._get_output_dir(trial)
+
+    # Private override. Needed for: crash-safe checkpoints (write to `tmp-checkpoint-N`, fsync, rename) and rotation
+    # by step. No public hook: `save_model` writes only the weights (optimizer, scheduler, RNG and trainer state are
+    # saved here), and the `on_save` callback runs after the checkpoint is already written in its final place.
+    def _save_checkpoint(self, model, trial) -> None:
+        """transformers' checkpoint (weights, optimizer, scheduler, RNG states, trainer state), written into
+        `tmp-checkpoint-N/checkpoint-N` and renamed to `checkpoint-N` once complete and on disk."""
+        run_dir = Path(self._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging, destination = run_dir / f"{STAGING_PREFIX}{name}", run_dir / name
+        if not self.args.should_save:  # other processes of a distributed run only join the collective calls
+            return super()._save_checkpoint(model, trial)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        self._staging_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        complete = staging / name
+        if self.state.best_global_step:  # transformers looked for the best checkpoint in the staging folder
+            best = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}"
+            if best.name == name or best.exists():
+                self.state.best_model_checkpoint = str(best)
+                self.state.save_to_json(str(complete / TRAINER_STATE_NAME))
+        write_checksums(complete)
+        fsync_tree(complete)
+        if destination.exists():  # the same step saved again: move the old one aside first, then drop it
+            os.replace(destination, staging / "replaced")
+        os.replace(complete, destination)
+        fsync_directory(run_dir)
+        shutil.rmtree(staging)
+        # transformers rotated the staging folder (a no-op); rotate the run's checkpoints by step, the order resume
+        # and averaging use. By modification time (transformers' choice), a checkpoint half deleted by a rotation
+        # that a kill interrupted counts as newer than the checkpoints saved before the kill, and is kept in their
+        # place for the final average.
+        rotate_checkpoints(
+            output_dir=str(run_dir),
+            save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint,
+            use_mtime=False,
+        )
+
+    def train_batch_sampler(self) -> TokenBudgetBatchSampler:
+        if self._batch_sampler is None:
+            self._batch_sampler = TokenBudgetBatchSampler.for_dataset(
+                self.train_dataset, self.max_tokens, seed=self.batching_seed
+            )
+        return self._batch_sampler
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.max_tokens is None:
+            return super().get_train_dataloader()
+        # private `Trainer._remove_unused_columns`: drops the columns `forward` does not take, as the Trainer's own
+        # loaders do; no public method does it, and the Trainer's `_get_dataloader`, which calls it, passes a
+        # `batch_sampler` only for its own `BatchRebalanceSampler`, not the token-budget batches this loader needs;
+        # every token-budget test in tests/test_trainer.py runs through it
+        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        loader = DataLoader(
+            dataset,
+            batch_sampler=self.train_batch_sampler(),
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        return self.accelerator.prepare(loader)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        # Seq2SeqTrainer fills the model's generation_config with transformers' defaults (max_length=20, ...) while
+        # evaluating, and every later checkpoint would save them: keep the model's own decoding settings instead.
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = generation_config
+
+    def evaluation_loop(self, *args, **kwargs):
+        # Seq2SeqTrainer.evaluate/predict gather with `accelerator.gather`, which keeps the examples that accelerate
+        # repeats so that every process gets as many batches: under N processes BLEU would count some sentences twice
+        self.gather_function = self.accelerator.gather_for_metrics
+        return super().evaluation_loop(*args, **kwargs)
+
+    # Private override. Needed for: a saved model folder (and so the Hub repo) without the pickled
+    # `training_args.bin`. No public hook: `save_model` reaches `_save` by several paths (plain, FSDP, DeepSpeed,
+    # SageMaker) and pushes to the Hub itself before returning, so removing the pickle after `save_model` is too late.
+    # Tested by tests/test_hub.py::test_trainer_push_to_hub_uploads_a_complete_repo (no `training_args.bin` pushed).
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        super()._save(output_dir, state_dict=state_dict)
+        # A saved model folder is for sharing (push_to_hub uploads the output folder): keep the pickled
+        # TrainingArguments, which runs code when loaded, out of it; checkpoints, which are for resuming, keep theirs.
+        folder = Path(output_dir or self.args.output_dir)
+        if not folder.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-"):
+            (folder / TRAINING_ARGS_NAME).unlink(missing_ok=True)
+
+    def create_model_card(
+        self,
+        language: str | list[str] | None = None,
+        license: str | None = None,  # noqa: A002  (the name Trainer.push_to_hub passes)
+        tags: str | list[str] | None = None,
+        model_name: str | None = None,
+        finetuned_from: str | None = None,
+        tasks: str | list[str] | None = None,
+        dataset_tags: str | list[str] | None = None,
+        dataset: str | list[str] | None = None,
+        dataset_args: str | list[str] | None = None,
+    ) -> None:
+        """Write the card `push_to_hub` uploads: `templates/model_card.md` with YAML metadata (license, languages,
+        dataset, `model-index` from the last evaluation) instead of transformers' generic draft. `dataset` names the
+        training data (`trainer.push_to_hub(dataset="multi30k")`); `language` is the (source, target) pair,
+        `["en", "de"]` by default."""
+        if not self.is_world_process_zero():
+            return
+        # the card template belongs to the Hub stage, later in the pipeline than the recipe: import it only here
+        from ..release.model_card import card_from_training_log
+
+        names = dataset if dataset is not None else dataset_tags
+        if not names:
+            raise ValueError(
+                "the model card needs the training data's name for its metadata: "
+                "trainer.push_to_hub(dataset='multi30k') (a Hub dataset id or a short name)."
+            )
+        languages = [language] if isinstance(language, str) else list(language or ["en", "de"])
+        if len(languages) != 2:
+            raise ValueError(f"language={language!r}: give the (source, target) pair, e.g. ['en', 'de'].")
+        model = self.accelerator.unwrap_model(self.model)
+        card = card_from_training_log(
+            model_name or Path(self.args.output_dir).name,
+            self.state.log_history,
+            model.config.to_dict(),
+            global_step=self.state.global_step,
+            epoch=self.state.epoch or 0.0,
+            parameters=sum(p.numel() for p in model.parameters()),
+            preset={"max_tokens": self.max_tokens, "warmup_steps": self.warmup_steps},
+            dataset=names if isinstance(names, str) else names[0],
+            languages=(languages[0], languages[1]),
+            repo_id=self.hub_model_id,
+            license=license or "apache-2.0",
+        )
+        card.save(Path(self.args.output_dir) / "README.md")
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None:
+            self.lr_scheduler = paper_schedule(optimizer or self.optimizer, self.warmup_steps)
+            # private `Trainer._created_lr_scheduler`, set as the Trainer's own `create_scheduler` sets it: `train()`
+            # then drops this scheduler and builds a fresh one on a second call, as it does for its own; there is no
+            # public flag for it
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
