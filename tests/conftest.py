@@ -40,7 +40,8 @@ import torch  # noqa: E402
 
 import vanilla_transformer  # noqa: E402, F401  (registers the Auto classes)
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.data.multi30k import Multi30kUnavailable, multi30k_dir  # noqa: E402
+from vanilla_transformer.data.multi30k import multi30k_dir  # noqa: E402
+from vanilla_transformer.errors import Multi30kUnavailable  # noqa: E402
 
 # transformers' convention: the tests that spawn processes or train are marked slow and run only with RUN_SLOW=1
 # (`.ci/run` runs them); the README's test command runs the rest in a few minutes.

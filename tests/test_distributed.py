@@ -225,7 +225,7 @@ def test_settings_no_run_can_finish_stop_both_processes_before_training(tmp_path
     printed = result.stdout + result.stderr
     # torchrun stops the other process once one fails; that each stops by itself is the test below
     assert result.returncode != 0
-    assert "error: SettingsError: --average-last 3 averages the last 3 checkpoints at the end, but" in printed
+    assert "error: --average-last 3 averages the last 3 checkpoints at the end, but" in printed
     assert not any(error in printed for error in GLOO_ERRORS), printed[-4000:]
     assert not output.exists()
 
@@ -240,7 +240,7 @@ def free_port() -> int:
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
-        (["--max-tokens", "20"], "error: SettingsError: --max-tokens 20 is smaller than the longest training pair"),
+        (["--max-tokens", "20"], "error: --max-tokens 20 is smaller than the longest training pair"),
         # raised by the main process alone, while the others wait for it to load the data first
         (["--valid-split", "dev"], "the built-in corpus has splits ['test', 'train', 'valid'], not 'dev'"),
     ],

@@ -290,7 +290,7 @@ def test_the_trainers_metric_and_the_files_score_chinese_with_the_zh_tokenizer(b
 def test_a_split_of_an_anki_file_is_translated_and_scored_in_its_target_language(builtin_tokenizer, tmp_path):
     from conftest import tiny_model
 
-    from vanilla_transformer.files.outputs import OutputError
+    from vanilla_transformer.errors import OutputError
 
     model = tiny_model(vocab_size=len(builtin_tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2,
                        decoder_start_token_id=1)  # fmt: skip

@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 from transformers.trainer_utils import get_last_checkpoint
 
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.files.loading import ModelFolderError, check_safetensors_file, load_model_and_tokenizer
+from vanilla_transformer.errors import ModelFolderError
+from vanilla_transformer.files.loading import check_safetensors_file, load_model_and_tokenizer
 from vanilla_transformer.inference.evaluation import score_translations
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.training.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging

@@ -38,9 +38,9 @@ from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
 
 from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.corpora import load_builtin
+from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.files.loading import CODE_FILES
 from vanilla_transformer.training.fsdp import check_trainer_fsdp, tied_modules
-from vanilla_transformer.training.settings_check import SettingsError
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow

@@ -113,7 +113,7 @@ def test_the_release_translates_in_bf16_as_in_fp32():
 
 
 def test_a_dtype_for_a_ctranslate2_export_or_an_unknown_one_is_refused(tmp_path):
-    from vanilla_transformer.inference.ctranslate2_engine import ExportError
+    from vanilla_transformer.errors import ExportError
     from vanilla_transformer.inference.translation import load_translator
 
     with pytest.raises(ValueError, match="dtype='int4' is unknown; use one of float32, bfloat16, float16"):

@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenization import save_tokenizer
+from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
-from vanilla_transformer.training.settings_check import SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,9 +18,9 @@ from conftest import run_in_process, script_main, tiny_model
 
 from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.tokenization import save_tokenizer
+from vanilla_transformer.errors import OutputError
 from vanilla_transformer.files.outputs import (
     MARKER_NAME,
-    OutputError,
     _writer_tag,
     check_not_an_input,
     check_output_folder,

@@ -18,6 +18,7 @@ import pytest
 from vanilla_transformer.cli.arguments import add_typed_preset_arguments
 from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.grammar import grammar_pairs
+from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.checkpoints import RESUME_FILES, list_checkpoints
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import (
@@ -29,7 +30,7 @@ from vanilla_transformer.training.presets import (
     record_run_preset,
 )
 from vanilla_transformer.training.run import train
-from vanilla_transformer.training.settings_check import SettingsError, check_settings, trainer_checkpoint_steps
+from vanilla_transformer.training.settings_check import check_settings, trainer_checkpoint_steps
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,10 +4,10 @@ from datasets import Dataset
 from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.run import build_tokenizer, tokenizer_sample, train
-from vanilla_transformer.training.settings_check import SettingsError
 
 
 def test_the_bpe_sample_is_seeded_distinct_in_corpus_order_and_whole_when_small():

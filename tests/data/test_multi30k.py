@@ -20,11 +20,11 @@ from vanilla_transformer.data.multi30k import (
     GUNZIPPED,
     RECORD,
     SERVED,
-    Multi30kUnavailable,
     holds_multi30k,
     local_name,
     multi30k_dir,
 )
+from vanilla_transformer.errors import Multi30kUnavailable
 
 # stand-ins for the repository's files under data/task1/: two splits of each kind, English and German
 FAKE = {
@@ -197,9 +197,9 @@ def test_a_folder_given_or_named_by_the_environment_wins_over_the_cache(reposito
     monkeypatch.setenv("VANILLA_TRANSFORMER_MULTI30K", str(mine))
     assert multi30k_dir() == mine and multi30k_dir(given) == given
     (mine / "test2016.de").unlink()
-    with pytest.raises(FileNotFoundError, match=f"VANILLA_TRANSFORMER_MULTI30K={mine} holds no {{split}}.de files"):
+    with pytest.raises(Multi30kUnavailable, match=f"VANILLA_TRANSFORMER_MULTI30K={mine} holds no {{split}}.de files"):
         multi30k_dir()
-    with pytest.raises(FileNotFoundError, match=f"data_dir={tmp_path / 'nowhere'} is not a folder"):
+    with pytest.raises(Multi30kUnavailable, match=f"data_dir={tmp_path / 'nowhere'} is not a folder"):
         multi30k_dir(tmp_path / "nowhere")
     assert len(repository.requests) == len(FAKE)
 

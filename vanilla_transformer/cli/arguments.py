@@ -28,11 +28,6 @@ DATA_DIR_HELP = (
 MAX_SEED = 2**32 - 1
 
 
-class UsageError(Exception):
-    """Arguments that parse but do not go together: the command line prints its usage and this message and exits
-    with status 2, as argparse's `parser.error` does."""
-
-
 # --- numbers ---------------------------------------------------------------------------------------------------------
 
 

@@ -25,8 +25,4 @@ def run(args: argparse.Namespace) -> None:
     from ..data.multi30k import multi30k_dir
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    try:
-        folder = multi30k_dir(args.data_dir)
-    except OSError as error:  # not downloadable now, or --data-dir without the files: the message says what to do
-        sys.exit(f"error: {error}")
-    print(folder)
+    print(multi30k_dir(args.data_dir))

@@ -16,9 +16,9 @@ or translating a split with a saved model first:
 import argparse
 import json
 
+from ..errors import UsageError
 from .arguments import (
     DATA_DIR_HELP,
-    UsageError,
     add_engine_arguments,
     add_language_arguments,
     existing_dir,

@@ -6,30 +6,27 @@ stage of the paper's pipeline, from data and tokenizer (§5.1) through training 
     vanilla-transformer translate --model outputs/multi30k/final --input test2016.en > hyp.de
     vanilla-transformer COMMAND --help                         # a command's flags
 
-Each subcommand is a module of `vanilla_transformer.cli.arguments`; `scripts/<name>.py` in a checkout runs the same
-command with the same flags (`run_script`).
+Each subcommand is a module of `vanilla_transformer.cli` (the flags' types are in `arguments`); `scripts/<name>.py`
+in a checkout runs the same command with the same flags (`run_script`).
 
-Exit status: 0 done; 2 a user error (a flag's value, arguments that do not go together, a missing or damaged file,
-settings no run can finish), told in one line `error: ...` without a traceback (`--debug`, before or after the
-command name, shows it); 1 anything else, a bug, with its traceback.
+Exit status: 0 done; 2 a user error, told in one line `error: ...` without a traceback (`--debug`, before or after
+the command name, shows it): a flag's value, or any refusal of the package (`errors.VanillaTransformerError`: arguments
+that do not go together, a missing or damaged file, settings no run can finish), or the operating system's refusal
+of a path or a write (a file missing, no permission, a full disk); 1 anything else, a bug, with its traceback.
 """
 
 import argparse
 import errno
 import os
-import pickle
 import re
 import sys
-import traceback
 from importlib import import_module
 from types import ModuleType
 
-from huggingface_hub.errors import StrictDataclassError
-
 from .. import __version__
-from .arguments import UsageError
+from ..errors import UsageError, VanillaTransformerError
 
-# subcommand names, in the order of the pipeline; each is the module vanilla_transformer.cli.arguments.<name with _>
+# subcommand names, in the order of the pipeline; each is the module vanilla_transformer.cli.<name with _>
 COMMANDS = (
     "demo",
     "download-multi30k",
@@ -74,26 +71,6 @@ def _set_up(parser: argparse.ArgumentParser, command: ModuleType) -> None:
     parser.set_defaults(_run=command.run, _parser=parser)
 
 
-def _expected_errors() -> tuple[type[Exception], ...]:
-    """Failures whose message names the problem and the fix (a damaged model folder, settings a run cannot finish,
-    data that cannot be had): the command prints that message, not a traceback. Imported only when an exception
-    is on its way out, so that `--help` stays quick."""
-    from ..data.multi30k import Multi30kUnavailable
-    from ..files.loading import ModelFolderError
-    from ..training.settings_check import SettingsError
-
-    return Multi30kUnavailable, ModelFolderError, SettingsError
-
-
-def _raised_by_this_package(error: BaseException) -> bool:
-    """Whether the innermost frame of `error`'s traceback is this package's code: its own `raise` (or a builtin it
-    called), not a library's."""
-    frame = error.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    return frame is not None and frame.tb_frame.f_globals.get("__name__", "").split(".")[0] == __package__.split(".")[0]
-
-
 def _chain(error: BaseException) -> list[BaseException]:
     """`error` and the exceptions it was raised from or while handling, outermost first."""
     chain: list[BaseException] = []
@@ -122,50 +99,19 @@ def _storage_error(error: BaseException) -> str | None:
     return None
 
 
-def _refused_pickle(error: BaseException) -> str | None:
-    """The one line for a pickle that `torch.load(weights_only=True)` refused (a checkpoint's optimizer.pt or
-    rng_state.pth holding objects other than tensors: code, perhaps hostile), naming the file it was reading."""
-    if not (isinstance(error, pickle.UnpicklingError) and "weights_only" in str(error)):
-        return None
-    frame, path = error.__traceback__, None
-    while frame is not None:  # the innermost torch.load names the file
-        if frame.tb_frame.f_code.co_name == "load" and "torch" in frame.tb_frame.f_code.co_filename:
-            candidate = frame.tb_frame.f_locals.get("f")
-            path = candidate if isinstance(candidate, str | bytes) or hasattr(candidate, "__fspath__") else path
-        frame = frame.tb_next
-    name = f"{path} holds" if path is not None else "a checkpoint file holds"
-    return (
-        f"error: {name} pickled objects other than tensors, so it was refused and never run: if no run of yours "
-        f"wrote it, delete that checkpoint and resume from an earlier one (or start a new --output-dir)"
-    )
-
-
 def user_error_message(error: BaseException) -> str | None:
     """The one line `error: ...` for an exception that tells the user what to change, or None for a bug.
 
-    User errors: this package's own exception classes, a path error of the operating system (a file missing, a
-    folder where a file belongs, no permission), a config that fails its `@strict` validation, and a `ValueError`
-    raised by this package's code (its checks of
-    files and settings). A `ValueError` from inside a library, or any other exception, is a bug: its traceback
-    shows."""
-    if isinstance(error, _expected_errors()):
-        return f"error: {type(error).__name__}: {error}"
-    if isinstance(error, PATH_ERRORS) and error.filename is not None and error.strerror:
-        return f"error: {error.filename}: {error.strerror}"
-    message = _storage_error(error) or _refused_pickle(error)
+    User errors: the package's refusals (`VanillaTransformerError`, whose message names the problem and the fix), and
+    the operating system's refusal of a path (a file missing, a folder where a file belongs, no permission) or of a
+    write (a full disk, a quota, a read-only file system). Anything else is a bug: its traceback shows."""
+    if isinstance(error, VanillaTransformerError):
+        return f"error: {error}"
+    message = _storage_error(error)
     if message:
         return message
-    if isinstance(error, StrictDataclassError) and error.__cause__ is not None:
-        from ..files.loading import config_error_message
-
-        return f"error: invalid model configuration: {config_error_message(error)}"
-    own_class = type(error).__module__.split(".")[0] == __package__.split(".")[0]
-    if (
-        own_class
-        or isinstance(error, PATH_ERRORS)
-        or (isinstance(error, ValueError) and _raised_by_this_package(error))
-    ):
-        return f"error: {error}"
+    if isinstance(error, PATH_ERRORS):
+        return f"error: {error.filename}: {error.strerror}" if error.filename and error.strerror else f"error: {error}"
     return None
 
 
@@ -174,20 +120,10 @@ def _run(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
     command's usage too); under `--debug` it is raised as it is, with its traceback. Any other exception is a bug
     and raised with its traceback."""
     args = parser.parse_args(argv)
-    debug = getattr(args, "debug", False)
     try:
         args._run(args)
-    except SystemExit as stop:
-        # a command's own `sys.exit("error: ...")` prints its message as before, with the user-error status
-        if not isinstance(stop.code, str):
-            raise
-        if debug:
-            traceback.print_exc()
-            raise
-        print(stop.code, file=sys.stderr)
-        sys.exit(USER_ERROR_STATUS)
     except Exception as error:
-        if debug:
+        if getattr(args, "debug", False):
             raise
         if isinstance(error, UsageError):
             args._parser.error(str(error))

@@ -10,6 +10,7 @@ import argparse
 from contextlib import ExitStack
 from pathlib import Path
 
+from ..errors import VanillaTransformerError
 from .arguments import model_source, non_negative_int, output_dir
 
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> None:
     from ..files.outputs import check_output_file, staged_file
 
     if not args.sentence.strip():  # the model would translate nothing into something, and the plot show that
-        raise ValueError("--sentence is empty: give the source sentence whose attention to draw.")
+        raise VanillaTransformerError("--sentence is empty: give the source sentence whose attention to draw.")
     paths = {kind: Path(args.output_dir) / f"attention-{kind}.png" for kind in ("encoder", "cross")}
     model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
     for path in paths.values():  # before the model loads: no figure lands in the model folder
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> None:
     layers = min(config.encoder_layers, config.decoder_layers)
     heads = min(config.encoder_attention_heads, config.decoder_attention_heads)
     if max(args.layers) >= layers or max(args.heads) >= heads:
-        raise ValueError(
+        raise VanillaTransformerError(
             f"--layers {' '.join(map(str, args.layers))} --heads {' '.join(map(str, args.heads))}: the model has "
             f"layers 0..{layers - 1} and heads 0..{heads - 1}; give numbers in those ranges."
         )

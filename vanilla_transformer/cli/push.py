@@ -20,7 +20,6 @@ with trust_remote_code=True) unless --allow-modified-code. --dry-run lists what 
 """
 
 import argparse
-import sys
 
 from .arguments import existing_dir, repo_id
 
@@ -47,30 +46,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Check, say what stays behind, and push (or, with --dry-run, list what would be sent); a refused folder or push
-    exits with a one-line reason ("error: ...")."""
-    from ..release.hub import FolderNotReadyError, HubPushError, plan_push, push_folder
+    raises its one-line reason (`FolderNotReadyError`, `HubPushError`)."""
+    from ..release.hub import plan_push, push_folder
 
-    try:
-        plan = plan_push(args.folder, args.repo_id, allow_modified_code=args.allow_modified_code)
-        if args.dry_run:
-            print(f"dry run, nothing was sent: pushing {args.folder} to {args.repo_id} would send", end=" ")
-            print("\n".join(plan.listing()))
-        for line in plan.notes():
-            print(line)
-        if args.dry_run:
-            return
-        commit = push_folder(
-            args.folder,
-            args.repo_id,
-            private=args.private,
-            revision=args.revision,
-            create_pr=args.create_pr,
-            commit_message=args.commit_message,
-            allow_modified_code=args.allow_modified_code,
-            plan=plan,
-        )
-    except (FolderNotReadyError, HubPushError, ValueError) as error:
-        sys.exit(f"error: {error}")
+    plan = plan_push(args.folder, args.repo_id, allow_modified_code=args.allow_modified_code)
+    if args.dry_run:
+        print(f"dry run, nothing was sent: pushing {args.folder} to {args.repo_id} would send", end=" ")
+        print("\n".join(plan.listing()))
+    for line in plan.notes():
+        print(line)
+    if args.dry_run:
+        return
+    commit = push_folder(
+        args.folder,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        create_pr=args.create_pr,
+        commit_message=args.commit_message,
+        allow_modified_code=args.allow_modified_code,
+        plan=plan,
+    )
     print(f"pushed {args.folder} to {args.repo_id}: commit {commit.oid}")
     if commit.pr_url:
         print(f"pull request {commit.pr_url} (load it with revision={commit.pr_revision!r})")

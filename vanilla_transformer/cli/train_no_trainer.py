@@ -13,7 +13,8 @@ Interrupted runs resume from their newest checkpoint-N (accelerate's `load_state
 
 import argparse
 
-from .arguments import UsageError, add_training_arguments, positive_int, training_type
+from ..errors import UsageError
+from .arguments import add_training_arguments, positive_int, training_type
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

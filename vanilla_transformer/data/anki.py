@@ -16,6 +16,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from ..errors import DataError
 from .text import read_lines
 
 # pairs in each held-out split (at least: a group is not cut); the rest is train
@@ -33,13 +34,13 @@ def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
             continue
         fields = line.split("\t")
         if len(fields) not in (2, 3) or not fields[0].strip() or not fields[1].strip():
-            raise ValueError(
+            raise DataError(
                 f"{path}, line {number}: expected 'English<TAB>translation<TAB>attribution' (the manythings.org "
                 f"Anki format), got {len(fields)} field(s): {line[:80]!r}."
             )
         triples.append((fields[0].strip(), fields[1].strip(), fields[2].strip() if len(fields) == 3 else ""))
     if not triples:
-        raise ValueError(f"{path} holds no sentence pairs.")
+        raise DataError(f"{path} holds no sentence pairs.")
     return triples
 
 
@@ -73,7 +74,7 @@ def split_indices(triples: list[tuple[str, str, str]], sizes: dict[str, int] = S
         name = next((name for name in held_out if len(splits[name]) < sizes[name]), "train")
         splits[name].extend(members)
     if not splits["train"]:
-        raise ValueError(f"{len(triples)} pairs leave nothing to train on after {sizes} held out; use a larger file.")
+        raise DataError(f"{len(triples)} pairs leave nothing to train on after {sizes} held out; use a larger file.")
     return {name: sorted(indices) for name, indices in splits.items()}
 
 
@@ -82,9 +83,9 @@ def load_anki(path: str | Path, split: str, source_lang: str = "en", target_lang
     pairs' `attribution` column kept for the card's data statement. One of the two languages must be English (the
     file's first column); the other names the second column, so `zh→en` reads the same file the other way."""
     if split not in SPLITS:
-        raise ValueError(f"an Anki TSV file is split into {', '.join(SPLITS)}, not {split!r}.")
+        raise DataError(f"an Anki TSV file is split into {', '.join(SPLITS)}, not {split!r}.")
     if "en" not in (source_lang, target_lang) or source_lang == target_lang:
-        raise ValueError(
+        raise DataError(
             f"{path} pairs English with one other language; give en as the source or the target language, not "
             f"{source_lang}→{target_lang}."
         )

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from torch.utils.data import Sampler
 from transformers import DataCollatorForSeq2Seq
 
+from ..errors import DataError
 from ..model.generation_vanilla_transformer import check_token_ids
 
 # the columns `data.tokenized` writes beside the token ids
@@ -42,11 +43,11 @@ def length_sorted_batches(
     source_lengths = np.asarray(source_lengths, dtype=np.int32)
     target_lengths = np.asarray(target_lengths, dtype=np.int32)
     if source_lengths.shape != target_lengths.shape:
-        raise ValueError(f"{len(source_lengths)} source lengths but {len(target_lengths)} target lengths.")
+        raise DataError(f"{len(source_lengths)} source lengths but {len(target_lengths)} target lengths.")
     longest = int((source_lengths.astype(np.int64) + target_lengths).max(initial=0))
     problem = longest_pair_problem(longest, max_tokens)
     if problem:
-        raise ValueError(problem)
+        raise DataError(problem)
     # a seeded shuffle, then two stable sorts (radix sorts on 16-bit keys): the same order on every machine
     order = np.random.default_rng(seed).permutation(len(source_lengths)).astype(np.int32)
     key = np.uint32 if longest >= 1 << 16 else np.uint16

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 from datasets import Dataset, NamedSplit, get_dataset_split_names, load_dataset
 
+from ..errors import DataError
 from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
@@ -51,7 +52,7 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
     if not arrow.is_file():  # an Arrow file of these contents was line-aligned when written: count only here
         counts = [_count_lines(path) for path in paths]
         if counts[0] != counts[1]:
-            raise ValueError(
+            raise DataError(
                 f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel "
                 f"corpus must be line-aligned."
             )
@@ -112,7 +113,7 @@ def _count_lines(path: Path) -> int:
 def load_builtin(split: str, seed: int = 0) -> Dataset:
     """A split of the built-in English→German grammar corpus: `train` (6000 pairs), `valid` (300), `test` (500)."""
     if split not in BUILTIN_SPLITS:
-        raise ValueError(f"the built-in corpus has splits {sorted(BUILTIN_SPLITS)}, not {split!r}.")
+        raise DataError(f"the built-in corpus has splits {sorted(BUILTIN_SPLITS)}, not {split!r}.")
     start, stop = BUILTIN_SPLITS[split]
     pairs = grammar_pairs(max(stop for _, stop in BUILTIN_SPLITS.values()), seed=seed)[start:stop]
     return Dataset.from_dict({"translation": [{"en": en, "de": de} for en, de in pairs]})
@@ -138,7 +139,7 @@ def load_corpus(
     (`"valid"` loads a dataset's `validation`), and a split it lacks raises an error listing the ones it has."""
     if source == BUILTIN:
         if (source_lang, target_lang) != ("en", "de"):
-            raise ValueError(f"the built-in corpus is en→de, not {source_lang}→{target_lang}.")
+            raise DataError(f"the built-in corpus is en→de, not {source_lang}→{target_lang}.")
         return load_builtin(split)
     if source == MULTI30K:
         source = str(multi30k_dir(languages=(source_lang, target_lang)))
@@ -162,7 +163,7 @@ def load_corpus(
             lambda row: {"translation": {source_lang: row[source_lang], target_lang: row[target_lang]}},
             remove_columns=dataset.column_names,
         )
-    raise ValueError(
+    raise DataError(
         f"{source} has columns {dataset.column_names}: neither a {translation_column!r} column nor one column per "
         f"language ({source_lang!r}, {target_lang!r}); pass --translation-column."
     )
@@ -183,7 +184,7 @@ def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | No
         named = DIRECTION_IN_NAME.search(path.name)
         if named and not (source_lang or target_lang):
             return named.group(1), named.group(2)
-        raise ValueError(
+        raise DataError(
             f"{corpus} is a TSV file of English and one other language, and nothing says which language or "
             f"direction: give --source-lang and --target-lang (e.g. --source-lang en --target-lang zh for Tatoeba's "
             f"cmn.txt), or name the file for its direction (en-zh.tsv)."
@@ -238,7 +239,7 @@ def find_split(split: str, available: list[str], source: str) -> str:
         for name in VALIDATION_NAMES:
             if name in available:
                 return name
-    raise ValueError(f"{source} has no split {split!r}; its splits are {', '.join(available)}.")
+    raise DataError(f"{source} has no split {split!r}; its splits are {', '.join(available)}.")
 
 
 def sides(dataset: Dataset, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ..errors import DataError
+
 NOMINATIVE, ACCUSATIVE, DATIVE = "nominative", "accusative", "dative"
 PERSON, ANIMAL, THING, TEXT, FOOD, PLACE, FURNITURE = "person", "animal", "thing", "text", "food", "place", "furniture"
 ANIMATE = (PERSON, ANIMAL)
@@ -208,13 +210,13 @@ class NounPhrase:
 
     def __post_init__(self) -> None:
         if self.noun not in NOUNS:
-            raise ValueError(f"Unknown noun {self.noun!r}")
+            raise DataError(f"Unknown noun {self.noun!r}")
         if self.determiner not in DETERMINERS:
-            raise ValueError(f"Unknown determiner {self.determiner!r}, expected one of {DETERMINERS}")
+            raise DataError(f"Unknown determiner {self.determiner!r}, expected one of {DETERMINERS}")
         if self.adjective is not None and self.adjective not in ADJECTIVES:
-            raise ValueError(f"Unknown adjective {self.adjective!r}")
+            raise DataError(f"Unknown adjective {self.adjective!r}")
         if self.determiner == "a" and self.plural:
-            raise ValueError('"a" cannot start a plural noun phrase')
+            raise DataError('"a" cannot start a plural noun phrase')
 
     @property
     def is_plural(self) -> bool:
@@ -234,13 +236,13 @@ class Sentence:
 
     def __post_init__(self) -> None:
         if len(self.subjects) not in (1, 2):
-            raise ValueError(f"A sentence has one or two subjects, got {len(self.subjects)}")
+            raise DataError(f"A sentence has one or two subjects, got {len(self.subjects)}")
         if self.verb not in VERBS:
-            raise ValueError(f"Unknown verb {self.verb!r}")
+            raise DataError(f"Unknown verb {self.verb!r}")
         if (self.preposition is None) != (self.prepositional_object is None):
-            raise ValueError("Give both a preposition and its object, or neither")
+            raise DataError("Give both a preposition and its object, or neither")
         if self.preposition is not None and self.preposition not in PREPOSITIONS:
-            raise ValueError(f"Unknown preposition {self.preposition!r}")
+            raise DataError(f"Unknown preposition {self.preposition!r}")
 
 
 def _english_noun_phrase(phrase: NounPhrase) -> list[str]:
@@ -354,7 +356,7 @@ def grammar_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
     Raises `ValueError` if `num_pairs` is negative or above `MAX_PAIRS`.
     """
     if not 0 <= num_pairs <= MAX_PAIRS:
-        raise ValueError(f"Cannot generate {num_pairs} grammar pairs: the number must be between 0 and {MAX_PAIRS}")
+        raise DataError(f"Cannot generate {num_pairs} grammar pairs: the number must be between 0 and {MAX_PAIRS}")
     rng = random.Random(seed)
     pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -367,7 +369,7 @@ def grammar_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
             seen.add(english)
             pairs.append((english, german))
     if len(pairs) < num_pairs:
-        raise ValueError(
+        raise DataError(
             f"Found only {len(pairs)} distinct grammar pairs in {max_attempts} attempts, {num_pairs} were asked for "
             f"(the maximum is {MAX_PAIRS})"
         )

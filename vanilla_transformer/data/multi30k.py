@@ -29,6 +29,8 @@ import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import DataError, Multi30kUnavailable
+
 logger = logging.getLogger(__name__)
 
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
@@ -126,10 +128,6 @@ GUNZIPPED: dict[str, tuple[int, str]] = {
 }
 
 
-class Multi30kUnavailable(OSError):
-    """The Multi30k files are neither on this machine nor downloadable now; the message says how to get them."""
-
-
 def multi30k_dir(
     data_dir: str | Path | None = None,
     download: bool = True,
@@ -158,7 +156,7 @@ def multi30k_dir(
         lacking = [lang for lang in languages if not any(folder.glob(f"*.{lang}"))]
         if lacking:
             problem = f"holds no {{split}}.{lacking[0]} files" if folder.is_dir() else "is not a folder"
-            raise FileNotFoundError(
+            raise Multi30kUnavailable(
                 f"{origin}={folder} {problem}; give a folder of Multi30k's layout ({{split}}.{{lang}}, e.g. "
                 f"train.{lacking[0]}, and tok/{{split}}.lc.norm.tok.{{lang}}), or leave {origin} unset to use the "
                 f"download cache."
@@ -167,7 +165,7 @@ def multi30k_dir(
 
     unknown = sorted(set(languages) - {_language(path) for path in SERVED})
     if unknown:
-        raise ValueError(f"Multi30k has no {', '.join(unknown)} files; its languages are en, de, fr and cs.")
+        raise DataError(f"Multi30k has no {', '.join(unknown)} files; its languages are en, de, fr and cs.")
     folder = cache_dir()
     missing, damaged = _check_cache(folder, [path for path in SERVED if _language(path) in languages])
     if not missing and not damaged:

@@ -19,6 +19,7 @@ import numpy as np
 from datasets import get_dataset_split_names, load_dataset
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..errors import DataError
 from .batching import length_sorted_batches
 from .corpora import BUILTIN, MULTI30K, find_split
 from .multi30k import multi30k_dir
@@ -113,7 +114,7 @@ class _TextPairs:
         if not raws[0] or not raws[1]:
             if raws[0] or raws[1]:
                 ended, other = self.paths if not raws[0] else self.paths[::-1]
-                raise ValueError(
+                raise DataError(
                     f"{ended} ends after {self.row} lines but {other} has more; the two sides of a parallel corpus "
                     f"must be line-aligned."
                 )
@@ -154,7 +155,7 @@ class _DatasetPairs:
         if self.translation_column in example:
             example = example[self.translation_column]
         elif not {source_lang, target_lang} <= example.keys():
-            raise ValueError(
+            raise DataError(
                 f"{self.name} has columns {sorted(example)}: neither a {self.translation_column!r} column nor one "
                 f"column per language ({source_lang!r}, {target_lang!r}); pass --translation-column."
             )
@@ -214,12 +215,12 @@ class StreamingTokenBatches(IterableDataset):
         from .tokenization import tokenizer_fingerprint
 
         if max_tokens < 2 * max_length:
-            raise ValueError(
+            raise DataError(
                 f"max_tokens={max_tokens} is smaller than a pair of max_length={max_length} tokens a side "
                 f"({2 * max_length}): such a pair would fit no batch; raise --max-tokens or lower --max-length."
             )
         if buffer_pairs < 1 or seed < 0 or not 0 <= rank < world_size:
-            raise ValueError(
+            raise DataError(
                 f"buffer_pairs={buffer_pairs}, seed={seed}, rank={rank}, world_size={world_size}: expected "
                 f"buffer_pairs ≥ 1, seed ≥ 0 and 0 ≤ rank < world_size."
             )
@@ -231,7 +232,7 @@ class StreamingTokenBatches(IterableDataset):
         # ids fit 16 bits for vocabularies up to 65536 (the paper's are 37000 and 32000): half the memory of int32
         self.id_type = np.uint16 if len(tokenizer) <= 1 << 16 else np.int32
         if corpus == BUILTIN:
-            raise ValueError(
+            raise DataError(
                 "the built-in corpus is generated in memory (6800 pairs), not read from a file: train on it without "
                 "streaming."
             )
@@ -239,7 +240,7 @@ class StreamingTokenBatches(IterableDataset):
             corpus = multi30k_dir(languages=(source_lang, target_lang))
         corpus_path = Path(corpus).expanduser()
         if corpus_path.is_file():
-            raise ValueError(
+            raise DataError(
                 f"{corpus} is a file: streaming reads a folder of line-aligned {split}.{source_lang} and "
                 f"{split}.{target_lang} files, or a `datasets` corpus; load a TSV file whole (corpora.load_corpus)."
             )
@@ -301,7 +302,7 @@ class StreamingTokenBatches(IterableDataset):
         """Continue the next iteration at `state` (`state_dict()` of a stream with the same corpus and settings, this
         process's); a state of another corpus, split, tokenizer, budget, seed or rank raises an error."""
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"a stream state of format {state.get('format')!r}; this version reads {STATE_FORMAT}.")
+            raise DataError(f"a stream state of format {state.get('format')!r}; this version reads {STATE_FORMAT}.")
         saved = state["settings"]
         differences = [
             f"{key}: saved {saved.get(key)!r}, now {self.settings.get(key)!r}"
@@ -309,7 +310,7 @@ class StreamingTokenBatches(IterableDataset):
             if saved.get(key) != self.settings.get(key)
         ]
         if differences:
-            raise ValueError(
+            raise DataError(
                 f"the saved stream position belongs to another corpus or settings ({'; '.join(differences)}); resume "
                 f"with the run's own corpus and settings, on the same rank, or start the stream afresh."
             )
@@ -422,12 +423,12 @@ class StreamingTokenBatches(IterableDataset):
     def _end_pass(self, epoch: int, report: StreamReport, pass_batches: int) -> None:
         """Log a finished pass's report; a pass that gave this process no batch would repeat forever, so it raises."""
         if not report.kept:
-            raise ValueError(
+            raise DataError(
                 f"{self.corpus_name} ({self.settings['split']}) has no usable pair: {report} "
                 f"(max_length={self.max_length}); check the files, the languages and --max-length."
             )
         if not pass_batches:
-            raise ValueError(
+            raise DataError(
                 f"{self.corpus_name}: a whole pass gave rank {self.rank} of {self.world_size} no batch ({report}; each "
                 f"buffer of {self.buffer_pairs} pairs makes fewer batches than there are processes): lower "
                 f"--max-tokens, raise buffer_pairs or use fewer processes."

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from ..errors import DataError
+
 
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file without their line ends; a byte that is not UTF-8 raises an error naming the
@@ -46,7 +48,7 @@ def decode_line(raw: bytes, name: str, number: int) -> str:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(
+        raise DataError(
             f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
             f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
         ) from None

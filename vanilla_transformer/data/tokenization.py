@@ -14,6 +14,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from ..errors import DataError
+
 # ids fixed to the model's defaults (`VanillaTransformerConfig`: pad 0, bos/decoder_start 1, eos 2)
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # the byte-level BPE holds its special tokens and the 256 byte symbols before it learns any merge
@@ -44,7 +46,7 @@ def train_joint_bpe(
     """
     specials = list(SPECIAL_TOKENS.values())
     if vocab_size < MIN_VOCAB_SIZE:
-        raise ValueError(
+        raise DataError(
             f"vocab_size={vocab_size} cannot hold the {len(specials)} special tokens and the 256 byte symbols; "
             f"use at least {MIN_VOCAB_SIZE} (the paper: 37000 for WMT14 En-De, ~8000 suits Multi30k)."
         )
@@ -88,7 +90,7 @@ def _non_empty(texts: Iterable[str]) -> Iterator[str]:
             count += 1
             yield text
     if count == 0:
-        raise ValueError("the tokenizer's training text is empty; pass the sentences of both languages.")
+        raise DataError("the tokenizer's training text is empty; pass the sentences of both languages.")
 
 
 def round_trip_failures(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> list[tuple[int, str, str]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..errors import DataError, OutputError
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..training.presets import TrainingPreset
 
@@ -120,9 +121,9 @@ def load_grid(path: str | Path) -> list[AblationRow]:
     try:
         entries = json.loads(Path(path).read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(f"the grid file {path} is not JSON ({error}); write a list of rows.") from error
+        raise DataError(f"the grid file {path} is not JSON ({error}); write a list of rows.") from error
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
-        raise ValueError(f'the grid file {path} must hold a list of rows like {{"name": "h=16", "changes": {{...}}}}.')
+        raise DataError(f'the grid file {path} must hold a list of rows like {{"name": "h=16", "changes": {{...}}}}.')
     rows = [
         AblationRow(
             str(e["name"]), str(e.get("group", e["name"])), tuple(e.get("changes", {}).items()), e.get("seed", 0)
@@ -140,12 +141,12 @@ def check_grid(preset: TrainingPreset, rows: list[AblationRow]) -> None:
     names = [row.folder_name for row in rows]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ValueError(f"the grid names rows {repeated} more than once; give every row its own name.")
+        raise DataError(f"the grid names rows {repeated} more than once; give every row its own name.")
     config_fields = {f.name for f in fields(VanillaTransformerConfig)}
     for row in rows:
         unknown = [field for field, _ in row.changes if field not in config_fields | set(TRAINING_FIELDS)]
         if unknown:
-            raise ValueError(
+            raise DataError(
                 f"row {row.name!r} changes {unknown}, which are neither fields of the model's config nor of "
                 f"{TRAINING_FIELDS}; see VanillaTransformerConfig for the model's fields."
             )
@@ -211,13 +212,13 @@ def check_output_folder(output_dir: str | Path, preset: TrainingPreset, settings
             if wanted[part].get(key) != recorded.get(part, {}).get(key)
         )
         if differ:
-            raise ValueError(
+            raise OutputError(
                 f"--output-dir {folder} holds a grid run with other settings ({', '.join(differ)} differ): its rows "
                 f"would not compare with new ones; give the flags it was started with, or another --output-dir."
             )
         return
     if folder.is_dir() and any(folder.iterdir()):
-        raise ValueError(
+        raise OutputError(
             f"--output-dir {folder} is not empty and holds no grid of ours (no {GRID_RECORD}); give a new or empty "
             f"folder."
         )

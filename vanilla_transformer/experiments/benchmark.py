@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import CompileConfig, GenerationConfig, MarianConfig, MarianMTModel
 
+from ..errors import VanillaTransformerError
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
@@ -172,7 +173,7 @@ def build_benchmark_model(name: str, config: VanillaTransformerConfig, attn_impl
         return model
     if name == "torch":
         return TorchTransformerTranslator(config)
-    raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+    raise VanillaTransformerError(f"unknown model {name!r}; choose from {MODELS}")
 
 
 def random_batch(
@@ -232,7 +233,7 @@ def generate_fn(
     model.eval()
     if name == "torch":
         if num_beams > 1:
-            raise ValueError("nn.Transformer has no beam search")
+            raise VanillaTransformerError("nn.Transformer has no beam search")
         return lambda: model.greedy(inputs["input_ids"], inputs["attention_mask"], new_tokens)
     options = {"num_beams": num_beams, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
     if num_beams > 1:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import OutputError
+
 # newstest2014 (3003 pairs): log of English words per sentence, and German/English word ratio
 WORDS_LOG_MEAN, WORDS_LOG_SD = 2.85, 0.54
 RATIO_MEAN, RATIO_SD = 0.93, 0.19
@@ -219,7 +221,7 @@ def benchmark_data(
     # the runs and caches of an earlier call are replaced; folders of those names that it did not make are refused
     marker = workdir / f".benchmark-data-{pairs}"
     if not marker.is_file() and any(folder.exists() for folder in made):
-        raise ValueError(
+        raise OutputError(
             f"{workdir} holds {', '.join(f.name for f in made if f.exists())}, which benchmark-data did not make; "
             f"give another --workdir."
         )
@@ -227,7 +229,7 @@ def benchmark_data(
     shape = {}
     if not (corpus / "valid.de").is_file():
         if corpus.exists() and any(corpus.iterdir()) and not marker.is_file():
-            raise ValueError(f"{corpus} holds files benchmark-data did not write; give another --workdir.")
+            raise OutputError(f"{corpus} holds files benchmark-data did not write; give another --workdir.")
         started = time.perf_counter()
         shape = write_synthetic_corpus(corpus, pairs)
         shape["write_corpus_s"] = time.perf_counter() - started

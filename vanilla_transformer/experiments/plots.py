@@ -5,6 +5,8 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure  # not pyplot: no backend is chosen or changed, so notebooks keep theirs
 
+from ..errors import VanillaTransformerError
+
 
 def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
     """Training loss, validation loss and validation BLEU against the update step, from `trainer.state.log_history`."""
@@ -12,7 +14,7 @@ def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
     valid = [(e["step"], e["eval_loss"]) for e in log_history if "eval_loss" in e]
     bleu = [(e["step"], e["eval_bleu"]) for e in log_history if "eval_bleu" in e]
     if not train and not valid:
-        raise ValueError("the log history holds no losses; train with logging_steps > 0 first.")
+        raise VanillaTransformerError("the log history holds no losses; train with logging_steps > 0 first.")
     figure = Figure(figsize=(11, 4))
     loss_axis, bleu_axis = figure.subplots(1, 2)
     for points, label in ((train, "train (label-smoothed)"), (valid, "valid")):
@@ -72,14 +74,18 @@ def _readable(tokens: list[str]) -> list[str]:
 def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], path: str | Path) -> Path:
     """A grid of heat maps (rows: layers, columns: heads) of `kind` = "encoder" or "cross" attention."""
     if kind not in ("encoder", "cross"):
-        raise ValueError(f"kind={kind!r}: choose 'encoder' (self-attention) or 'cross' (encoder-decoder attention).")
+        raise VanillaTransformerError(
+            f"kind={kind!r}: choose 'encoder' (self-attention) or 'cross' (encoder-decoder attention)."
+        )
     stack = maps[kind]
     for layer in layers:
         if not 0 <= layer < len(stack):
-            raise ValueError(f"layer {layer} does not exist; the model has layers 0..{len(stack) - 1}.")
+            raise VanillaTransformerError(f"layer {layer} does not exist; the model has layers 0..{len(stack) - 1}.")
     for head in heads:
         if not 0 <= head < stack[0].shape[0]:
-            raise ValueError(f"head {head} does not exist; the model has heads 0..{stack[0].shape[0] - 1}.")
+            raise VanillaTransformerError(
+                f"head {head} does not exist; the model has heads 0..{stack[0].shape[0] - 1}."
+            )
     rows = _readable(maps["source_tokens"] if kind == "encoder" else maps["target_tokens"])
     columns = _readable(maps["source_tokens"])
     figure = Figure(figsize=(0.35 * len(columns) * len(heads) + 2, 0.35 * len(rows) * len(layers) + 1))

@@ -44,6 +44,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..data.tokenization import load_tokenizer, tokenizer_fingerprint
+from ..errors import ModelFolderError
 from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
 
 # the check the model itself runs on its weights after from_pretrained, so that a folder and a load agree
@@ -72,10 +73,6 @@ def config_error_message(error: Exception) -> str:
     """The message of a config validation error: for `@strict` validation the one line of its cause, which names the
     field, its value and the fix, rather than the wrapper's validator name."""
     return str(error.__cause__) if isinstance(error, StrictDataclassError) and error.__cause__ else str(error)
-
-
-class ModelFolderError(ValueError):
-    """A saved model folder that cannot be loaded safely; the message names the file, the problem and the fix."""
 
 
 def file_sha256(path: str | Path) -> str:

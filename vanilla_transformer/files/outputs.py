@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..errors import OutputError, VanillaTransformerError
+
 logger = logging.getLogger(__name__)
 
 MARKER_NAME = ".vanilla-transformer-output"
@@ -56,11 +58,6 @@ KINDS = {
 }
 
 PathLike = str | os.PathLike
-
-
-class OutputError(ValueError):
-    """An output that would destroy an input, or a folder the command did not create; the message names both paths
-    and the fix."""
 
 
 def real_path(path: PathLike) -> Path:
@@ -136,7 +133,7 @@ def write_marker(folder: PathLike, kind: str, command: str) -> Path:
     from .. import __version__
 
     if kind not in KINDS:
-        raise ValueError(f"kind={kind!r} is not a kind of output; use one of {', '.join(KINDS)}.")
+        raise VanillaTransformerError(f"kind={kind!r} is not a kind of output; use one of {', '.join(KINDS)}.")
     marker = {
         "kind": kind,
         "command": command,

@@ -30,7 +30,8 @@ import torch
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ..files.loading import EXPORT_INFO, ModelFolderError, load_model_and_tokenizer
+from ..errors import CTranslate2Unavailable, ExportError, ModelFolderError
+from ..files.loading import EXPORT_INFO, load_model_and_tokenizer
 from ..files.outputs import check_not_an_input, check_output_folder, staged_folder
 from ..model.generation_vanilla_transformer import gnmt_length_penalty
 from ..model.modeling_vanilla_transformer import sinusoidal_position_encoding
@@ -40,14 +41,6 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat1
 MIN_POSITIONS = 1024
 TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which a tokenizer loader would misread
 INSTALL = 'pip install "ctranslate2>=4.5" (or, in a checkout, pip install ".[ctranslate2]")'
-
-
-class ExportError(ValueError):
-    """A model CTranslate2 cannot run as it is; the message names the field and what to do."""
-
-
-class CTranslate2Unavailable(ImportError):
-    """The optional `ctranslate2` package is not installed; the message says how to install it."""
 
 
 def import_ctranslate2():

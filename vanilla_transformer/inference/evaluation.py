@@ -24,6 +24,7 @@ from transformers import EvalPrediction, PreTrainedTokenizerBase
 from ..data.corpora import load_corpus, sides
 from ..data.multi30k import multi30k_dir
 from ..data.text import read_lines, write_lines
+from ..errors import DataError
 
 # Labels and, when the Trainer pads predictions of different lengths to one array, predictions hold this value
 # where there is no token (transformers' `Seq2SeqTrainer`, `DataCollatorForSeq2Seq(label_pad_token_id=-100)`).
@@ -71,10 +72,10 @@ def moses_tokenize(lines: list[str], lang: str) -> list[str]:
 
 def _check_line_counts(hypotheses: list[str], **references: list[str] | None) -> None:
     if not hypotheses:
-        raise ValueError("no hypotheses to score; expected one translation per reference line.")
+        raise DataError("no hypotheses to score; expected one translation per reference line.")
     for name, lines in references.items():
         if lines is not None and len(lines) != len(hypotheses):
-            raise ValueError(
+            raise DataError(
                 f"{len(hypotheses)} hypotheses but {len(lines)} {name.replace('_', ' ')}; "
                 f"scoring needs exactly one hypothesis per reference line."
             )
@@ -87,11 +88,11 @@ def sacrebleu_options(lang: str, bleu_tokenize: str | None = None) -> dict:
     try:
         BLEU(trg_lang=lang, tokenize=bleu_tokenize)  # builds the tokenizer it picks
     except KeyError:
-        raise ValueError(
+        raise DataError(
             f"bleu_tokenize={bleu_tokenize!r} is not a sacreBLEU tokenizer; use one of {', '.join(BLEU.TOKENIZERS)}."
         ) from None
     except RuntimeError as error:  # ja-mecab and ko-mecab without their MeCab package
-        raise ValueError(
+        raise DataError(
             f'scoring {lang!r} text: {error} (pip install "sacrebleu[{lang}]"), or pick another tokenizer with '
             f"--bleu-tokenize (e.g. char)."
         ) from None
@@ -151,7 +152,7 @@ def compute_metrics_for_trainer(
     `examples/pytorch/translation/run_translation.py` does).
     """
     if tokenizer.pad_token_id is None:
-        raise ValueError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
+        raise DataError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
     bleu_options = sacrebleu_options(target_lang, bleu_tokenize)
     pad_token_id = tokenizer.pad_token_id
 

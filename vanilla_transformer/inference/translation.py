@@ -18,6 +18,8 @@ from typing import NamedTuple
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..errors import VanillaTransformerError
+
 
 def translate(
     model: PreTrainedModel,
@@ -48,15 +50,17 @@ def translate(
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
     if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be >= 1.")
+        raise VanillaTransformerError(f"batch_size={batch_size} must be >= 1.")
     if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise ValueError(
+        raise VanillaTransformerError(
             f"num_return_sequences={generate_kwargs['num_return_sequences']} is not supported: translate returns one "
             f"string per sentence; call model.generate directly for n-best lists."
         )
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
     if pad_token_id is None:
-        raise ValueError("Neither the tokenizer nor the model config defines a pad token id; set tokenizer.pad_token.")
+        raise VanillaTransformerError(
+            "Neither the tokenizer nor the model config defines a pad token id; set tokenizer.pad_token."
+        )
 
     translations = [""] * len(sentences)
     todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
@@ -134,7 +138,7 @@ def _raise_non_finite(model: PreTrainedModel, batch: list[str]) -> None:
     source = model.name_or_path or "the model (built in memory, not loaded from a folder)"
     dtype = model.dtype
     overflow = f" or overflow in {dtype} (run it in float32)" if dtype in (torch.float16, torch.bfloat16) else ""
-    raise ValueError(
+    raise VanillaTransformerError(
         f"{source} produced non-finite scores (NaN or Inf) while translating a batch of {len(batch)} sentence(s), "
         f"starting with {batch[0][:80]!r}: its weights hold NaN, Inf or huge values{overflow}, and every "
         f"translation would be empty or garbage. Re-download or restore the model folder, or re-train it; loading it "
@@ -152,7 +156,7 @@ def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> N
     too_long = [index for index, ids in token_ids.items() if len(ids) > limit]
     if too_long:
         index = too_long[0]
-        raise ValueError(
+        raise VanillaTransformerError(
             f"sentence {index} (0-based) has {len(token_ids[index])} tokens but this model's learned positions end at "
             f"max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long sentences, or use a "
             f"model with position_encoding='sinusoidal', which extends to any length."
@@ -186,12 +190,13 @@ def load_translator(
     decoded by CTranslate2 (`ctranslate2_engine`), whose weight type is chosen when exporting. `device` defaults to
     cuda where there is one."""
     if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
+        raise VanillaTransformerError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)}.")
+        raise VanillaTransformerError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)}.")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if engine == "ctranslate2":
-        from .ctranslate2_engine import ExportError, load_ctranslate2, translate_with_ctranslate2
+        from ..errors import ExportError
+        from .ctranslate2_engine import load_ctranslate2, translate_with_ctranslate2
 
         if dtype is not None:
             raise ExportError(

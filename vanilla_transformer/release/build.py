@@ -16,6 +16,7 @@ from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, l
 from ..data.multi30k import holds_multi30k, multi30k_dir
 from ..data.text import read_lines
 from ..data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint
+from ..errors import SettingsError
 from ..files.outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
 from ..inference.evaluation import evaluate_model_on_split, score_translations
 from ..training.checkpoints import checkpoint_step
@@ -88,7 +89,7 @@ class ReleaseData:
         given = {"--source-lang": source_lang, "--target-lang": target_lang}
         for (flag, value), field in zip(given.items(), ("source_lang", "target_lang"), strict=True):
             if value and recorded.get(field) and value != recorded[field]:
-                raise ValueError(
+                raise SettingsError(
                     f"{flag} {value}: the run trained with {flag} {recorded[field]} (its preset.json); leave the flag "
                     f"out, or give the run's own."
                 )
@@ -105,38 +106,38 @@ class ReleaseData:
         trained_on_file = Path(corpus).is_file() or (gone and bool(corpus_file or not data_dir))
         if corpus == BUILTIN or not (trained_on_file or corpus == MULTI30K or holds_multi30k(corpus)):
             kind = "the built-in corpus" if corpus == BUILTIN else f"{corpus!r}"
-            raise ValueError(
+            raise SettingsError(
                 f"the run trained on {kind}, and a release is scored on the test sets of its training data: "
                 f"Multi30k's test2016/test2017, or a TSV file's own test split; {kind} has none this command scores, "
                 f"so its card would describe other data. Score the run with `vanilla-transformer evaluate` instead."
             )
         if not trained_on_file:
             if corpus_file:
-                raise ValueError(
+                raise SettingsError(
                     f"--corpus-file {corpus_file}: the run trained on Multi30k (its preset.json), not on a TSV file; "
                     f"leave --corpus-file out to score it on Multi30k's test sets."
                 )
             folder = data_dir or (corpus if corpus != MULTI30K else None)
             return cls(folder, None, source_lang or "en", target_lang or "de")
         if data_dir:
-            raise ValueError(
+            raise SettingsError(
                 f"--data-dir {data_dir}: the run trained on the TSV file {corpus} (its preset.json) and is scored on "
                 f"that file's test split, not on Multi30k; leave --data-dir out."
             )
         file = corpus_file or corpus
         digest = recorded.get("corpus_sha256")
         if not Path(file).is_file():
-            raise ValueError(
+            raise SettingsError(
                 f"the run's corpus file {file} is not there any more: give it with --corpus-file (the same content"
                 f"{f', sha256 {digest[:12]}…' if digest else ''})."
             )
         if digest and corpus_sha256(str(file)) != digest:
-            raise ValueError(
+            raise SettingsError(
                 f"{file} is not the file the run trained on: its content differs from what the run recorded (sha256 "
                 f"{digest[:12]}… for {corpus}); give the file it trained on with --corpus-file."
             )
         if not digest and corpus_file and not same_setting("corpus", str(corpus_file), corpus):
-            raise ValueError(
+            raise SettingsError(
                 f"--corpus-file {corpus_file}: the run trained on {corpus} (its preset.json); give that file, or leave "
                 f"--corpus-file out."
             )
@@ -193,7 +194,7 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
     name = min(TRAINING_PRESETS, key=lambda name: len(changed(name)))
     unflagged = [field for field in changed(name) if field not in PRESET_FLAGS]
     if unflagged:
-        raise ValueError(
+        raise SettingsError(
             f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag "
             f"for; add the run as a named preset in training/presets.py to release it with a reproducible "
             f"command."
@@ -385,7 +386,7 @@ def record_tokenizer_fingerprint(folder: str | Path) -> str:
     fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
     recorded = config.get("tokenizer_fingerprint")
     if recorded not in (None, fingerprint):
-        raise ValueError(
+        raise SettingsError(
             f"{config_path} records another tokenizer than the one beside it (fingerprint {recorded[:12]}… vs "
             f"{fingerprint[:12]}…): the model was trained with other token ids; put the run's own tokenizer there."
         )

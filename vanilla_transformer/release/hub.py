@@ -27,6 +27,7 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, Revi
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
+from ..errors import FolderNotReadyError, HubPushError, VanillaTransformerError
 from ..files.loading import (
     CHECKSUM_SUFFIX,
     CODE_FILES,
@@ -60,24 +61,6 @@ MODEL_FILES = (
 # the package's own copy of the remote code files (`model/`)
 MODEL_CODE = resources.files(f"{__package__.rpartition('.')[0]}.model")
 INVALID_TOKEN = "Invalid credentials in Authorization header"  # the Hub's words for a token it does not know
-
-
-class FolderNotReadyError(ValueError):
-    """A folder that would make an incomplete or unsafe repo; `problems` lists every one of them."""
-
-    def __init__(self, folder: str | Path, problems: list[str]):
-        self.problems = problems
-        if len(problems) == 1:  # one problem, one line (each problem names the file and the fix)
-            super().__init__(f"{folder} is not ready for the Hub; nothing was pushed: {problems[0]}")
-            return
-        lines = "\n".join(f"  - {problem}" for problem in problems)
-        super().__init__(
-            f"{folder} is not ready for the Hub ({len(problems)} problem(s)); nothing was pushed:\n{lines}"
-        )
-
-
-class HubPushError(RuntimeError):
-    """The Hub refused a push (token, repo, branch); the message says why and what to do."""
 
 
 # -- what a push sends ----------------------------------------------------------------------------------------------
@@ -180,7 +163,7 @@ def check_repo_id(repo_id: str) -> None:
         validate_repo_id(repo_id)
     except HFValidationError as error:
         reason = str(error).splitlines()[0].rstrip(".")
-        raise ValueError(
+        raise VanillaTransformerError(
             f"{repo_id!r} is not a Hub repo id ({reason}): give namespace/name, e.g. your-name/my-model"
         ) from None
 
@@ -345,7 +328,9 @@ def push_folder(
     if plan is None:
         plan = plan_push(folder, repo_id, allow_modified_code=allow_modified_code)
     elif plan.folder != folder.resolve():
-        raise ValueError(f"the plan is for {plan.folder}, not {folder}: pass plan_push's answer for this folder.")
+        raise VanillaTransformerError(
+            f"the plan is for {plan.folder}, not {folder}: pass plan_push's answer for this folder."
+        )
     if plan.card is not None and not os.path.lexists(folder / "README.md"):
         (folder / "README.md").write_bytes(plan.card.encode("utf-8"))  # the folder keeps the card it was pushed with
     description = None

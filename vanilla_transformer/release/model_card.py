@@ -18,6 +18,7 @@ from safetensors import safe_open
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ..data.multi30k import COMMIT as MULTI30K_COMMIT
+from ..errors import VanillaTransformerError
 from ..training.checkpoints import list_checkpoints
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
@@ -252,7 +253,7 @@ def card_from_training_log(
     its results are the last evaluation's sacreBLEU and chrF on the validation split."""
     evaluations = [entry for entry in log_history if "eval_bleu" in entry]
     if not evaluations:
-        raise ValueError(
+        raise VanillaTransformerError(
             f"the training log of {name} holds no evaluation (no `eval_bleu` entry), so the card would have no "
             f"results: evaluate before pushing (`trainer.evaluate()`, or eval_strategy='steps') or write README.md."
         )

@@ -2,6 +2,7 @@
 checkpoints ... For the big models, we averaged the last 20 checkpoints")."""
 
 import logging
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -9,9 +10,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
+from transformers.trainer_pt_utils import safe_globals
 from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ..data.tokenization import load_tokenizer, tokenizer_fingerprint
+from ..errors import ModelFolderError
 from ..files.loading import check_config_file, check_model_folder, write_checksums
 from ..files.outputs import check_not_an_input, check_output_folder, staged_folder
 from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
@@ -52,6 +55,24 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
     return None
 
 
+def check_checkpoint_pickles(folder: str | Path) -> None:
+    """Open every pickle a resume reads from `folder` (the Trainer's optimizer.pt, scheduler.pt, rng_state*.pth,
+    scaler.pt) as transformers does, with `torch.load(weights_only=True)`, before the Trainer does: a file holding
+    objects other than tensors (code, perhaps hostile) is refused here by name, never run. Memory-mapped, so the
+    optimizer state is not read into memory twice."""
+    for path in sorted(Path(folder).glob("*.pt*")):
+        if path.suffix not in (".pt", ".pth"):
+            continue
+        try:
+            with safe_globals():  # numpy's RNG state, which transformers allows too
+                torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except pickle.UnpicklingError as error:
+            raise ModelFolderError(
+                f"{path} holds pickled objects other than tensors, so it was refused and never run: if no run of "
+                f"yours wrote it, delete that checkpoint and resume from an earlier one (or start a new --output-dir)"
+            ) from error
+
+
 def remove_stale_staging(run_dir: str | Path) -> list[Path]:
     """Delete the `tmp-checkpoint-N` folders an interrupted run left in `run_dir` (logging each); returns them."""
     run_dir = Path(run_dir)
@@ -69,7 +90,7 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
     checked first (`loading.check_model_folder`), so that a truncated, bit-flipped, cut or diverged checkpoint is
     named, not averaged in."""
     if not folders:
-        raise ValueError("no checkpoints to average.")
+        raise ModelFolderError("no checkpoints to average.")
     for folder in folders:
         check_model_folder(folder)
     total: dict[str, torch.Tensor] = {}
@@ -78,7 +99,9 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
         path = folder / SAFE_WEIGHTS_NAME
         state = load_file(path)
         if total and state.keys() != total.keys():
-            raise ValueError(f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only.")
+            raise ModelFolderError(
+                f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only."
+            )
         for name, tensor in state.items():
             total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
             dtypes[name] = tensor.dtype
@@ -148,7 +171,7 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
         if None not in fingerprints and fingerprints[0] != fingerprints[1]:
             differences.append(f"tokenizer_fingerprint: {fingerprints[0]!r} vs {fingerprints[1]!r}")
         if differences:
-            raise ValueError(
+            raise ModelFolderError(
                 f"{folder.name} and {newest.name} in {run_dir} are not checkpoints of one run: their config.json "
                 f"differ in {'; '.join(differences)}; average checkpoints of one run only (move the others out of "
                 f"{run_dir}, or lower --last)."
@@ -169,7 +192,7 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
         }
         for what, digest in found.items():
             if digest is not None and digest != expected:
-                raise ValueError(
+                raise ModelFolderError(
                     f"{folder}'s {what} names another tokenizer than {reference} (fingerprint {digest[:12]}… vs "
                     f"{expected[:12]}…): that checkpoint was trained with other token ids; average checkpoints of "
                     f"one run only (move {folder.name} out of {run_dir}, or lower --last)."
@@ -189,9 +212,9 @@ def average_checkpoints(
     written beside its destination and moved into place only when complete."""
     checkpoints = list_checkpoints(run_dir)
     if last < 1:
-        raise ValueError(f"last={last}: average at least one checkpoint.")
+        raise ModelFolderError(f"last={last}: average at least one checkpoint.")
     if len(checkpoints) < last:
-        raise ValueError(
+        raise ModelFolderError(
             f"{run_dir} has {len(checkpoints)} checkpoints ({[p.name for p in checkpoints]}), fewer than the "
             f"{last} asked for; lower --last or train longer."
         )

@@ -12,7 +12,7 @@ group before accelerate wraps the rest, as torch's message prescribes.
 import torch
 from accelerate import Accelerator
 
-from .settings_check import SettingsError
+from ..errors import SettingsError
 
 
 def tied_modules(model: torch.nn.Module) -> list[list[torch.nn.Module]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..data.corpora import MULTI30K, corpus_sha256, local_corpus
 from ..data.multi30k import holds_multi30k
+from ..errors import SettingsError
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints
 
@@ -156,7 +157,7 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
 def get_training_preset(name: str, **overrides) -> TrainingPreset:
     """A preset by name, with some fields replaced (`None` values are ignored)."""
     if name not in TRAINING_PRESETS:
-        raise ValueError(f"unknown training preset {name!r}; choose one of {sorted(TRAINING_PRESETS)}.")
+        raise SettingsError(f"unknown training preset {name!r}; choose one of {sorted(TRAINING_PRESETS)}.")
     return replace(TRAINING_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -262,13 +263,13 @@ def record_run_preset(
     tokenizer = [output / "tokenizer"] if (output / "tokenizer" / "tokenizer.json").is_file() else []
     earlier = checkpoints + tokenizer
     if earlier and not resume:
-        raise ValueError(
+        raise SettingsError(
             f"{output} already holds a run ({', '.join(path.name for path in earlier)}); starting over there would "
             "mix its checkpoints with the new ones. Give a new output directory, or delete that one first."
         )
     newest_step = checkpoint_step(checkpoints[-1]) if checkpoints else 0
     if newest_step > preset.max_steps:
-        raise ValueError(
+        raise SettingsError(
             f"{output} holds checkpoint-{newest_step}, past max_steps={preset.max_steps}: give a max_steps of at least "
             f"{newest_step}, or average the checkpoints you want with scripts/average_checkpoints.py."
         )
@@ -295,7 +296,7 @@ def record_run_preset(
                 else f"it has no checkpoint yet: only {', '.join(TOKENIZER_FIELDS)}, which its tokenizer depends on, "
                 "must stay"
             )
-            raise ValueError(
+            raise SettingsError(
                 f"{output} holds a run trained with other settings ({'; '.join(changed)}). Resume it with the "
                 f"settings in {record} ({free}), or give a new output directory."
             )

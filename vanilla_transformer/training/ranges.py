@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..data.tokenization import MIN_VOCAB_SIZE, SPECIAL_TOKENS
+from ..errors import SettingsError
 
 # the widest beam a command accepts: the paper decodes with 4 (§6.1), and past a few dozen beams BLEU only falls while
 # each step scores batch x beams x vocabulary candidates (9000 beams of an 8k vocabulary run for minutes per sentence)
@@ -40,10 +41,10 @@ class Range:
         try:
             value = int(text) if self.whole else float(text)
         except ValueError:
-            raise ValueError(f"{text!r} is not a {'whole number' if self.whole else 'number'}: {self.fix}") from None
+            raise SettingsError(f"{text!r} is not a {'whole number' if self.whole else 'number'}: {self.fix}") from None
         problem = self.problem(value)
         if problem:
-            raise ValueError(f"{text} is {problem}")
+            raise SettingsError(f"{text} is {problem}")
         return value
 
 

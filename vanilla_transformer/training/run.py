@@ -18,14 +18,15 @@ from ..data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulati
 from ..data.corpora import corpus_languages, corpus_location, load_corpus
 from ..data.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
 from ..data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
-from ..files.outputs import OutputError, check_not_an_input, check_output_folder, hold_lock, staged_folder
+from ..errors import OutputError, SettingsError
+from ..files.outputs import check_not_an_input, check_output_folder, hold_lock, staged_folder
 from ..inference.evaluation import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import average_checkpoints, last_complete_checkpoint
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import RunSettings, TrainingPreset, record_run_preset
-from .settings_check import SettingsError, check_settings, check_tokenized
+from .settings_check import check_settings, check_tokenized
 from .trainer import VanillaTransformerTrainer
 
 logger = logging.getLogger(__name__)

@@ -28,14 +28,11 @@ from ..data.batching import dataset_lengths, longest_pair_problem
 from ..data.corpora import BUILTIN
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
+from ..errors import SettingsError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .presets import PRESET_FLAGS, RunSettings, TrainingPreset, record_run_preset
 from .ranges import TRAINING_RANGES
-
-
-class SettingsError(ValueError):
-    """Settings that cannot finish as asked; the message names the flags and the fix."""
 
 
 def flag(name: str, value: object) -> str:

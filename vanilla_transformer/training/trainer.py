@@ -16,9 +16,10 @@ from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, TrainOutput, rotate_checkpoints
 
 from ..data.batching import TokenBudgetBatchSampler
+from ..errors import SettingsError
 from ..files.loading import write_checksums
 from ..files.outputs import fsync_directory, fsync_tree
-from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
+from .checkpoints import STAGING_PREFIX, check_checkpoint_pickles, last_complete_checkpoint, remove_stale_staging
 from .optimization import paper_schedule
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if arguments is not None and arguments.push_to_hub and arguments.hub_strategy != HubStrategy.END:
             # checked before Trainer.__init__, which creates the repo: transformers' per-checkpoint pushes upload
             # weights without the code files or card, plus a pickle
-            raise ValueError(
+            raise SettingsError(
                 f"hub_strategy={arguments.hub_strategy.value!r} would push every checkpoint's weights without the "
                 f"code files and card, with a pickled training_args.bin; set hub_strategy='end' and call "
                 f"trainer.push_to_hub() after train() for one complete repo."
@@ -74,9 +75,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if resume_from_checkpoint is True:  # transformers' own lookup would take a checkpoint-N however incomplete
             latest = last_complete_checkpoint(self.args.output_dir)
             if latest is None:
-                raise ValueError(f"resume_from_checkpoint=True but {self.args.output_dir} has no complete checkpoint.")
+                raise SettingsError(
+                    f"resume_from_checkpoint=True but {self.args.output_dir} has no complete checkpoint."
+                )
             resume_from_checkpoint = str(latest)
         if resume_from_checkpoint:
+            check_checkpoint_pickles(resume_from_checkpoint)
             state = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME))
             if 0 < self.args.max_steps <= state.global_step:
                 # a finished run started again: transformers' loop would take one more step before it looks at
@@ -228,13 +232,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
         names = dataset if dataset is not None else dataset_tags
         if not names:
-            raise ValueError(
+            raise SettingsError(
                 "the model card needs the training data's name for its metadata: "
                 "trainer.push_to_hub(dataset='multi30k') (a Hub dataset id or a short name)."
             )
         languages = [language] if isinstance(language, str) else list(language or ["en", "de"])
         if len(languages) != 2:
-            raise ValueError(f"language={language!r}: give the (source, target) pair, e.g. ['en', 'de'].")
+            raise SettingsError(f"language={language!r}: give the (source, target) pair, e.g. ['en', 'de'].")
         model = self.accelerator.unwrap_model(self.model)
         card = card_from_training_log(
             model_name or Path(self.args.output_dir).name,
