@@ -48,7 +48,6 @@ from ..errors import ModelFolderError
 from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
 
 # the check the model itself runs on its weights after from_pretrained, so that a folder and a load agree
-from ..model.modeling_vanilla_transformer import bad_values
 
 CHECKSUM_SUFFIX = ".sha256"
 # what `export-ctranslate2` writes beside CTranslate2's own files (`ctranslate2_engine`): the mark of an export
@@ -67,6 +66,35 @@ LISTED = 5
 
 # what building a `VanillaTransformerConfig` from bad values raises (`@strict` validation wraps our ValueError)
 CONFIG_ERRORS = (ValueError, TypeError, StrictDataclassError)
+
+
+# No training yields a weight this large: its square overflows float32, and it is what flipping the top exponent bit
+# makes of any float32 or bfloat16 weight above 2^-63 (a weight of exactly 0 becomes ±2, which no check can tell).
+HUGE_WEIGHT = 2.0**64
+
+
+def _extremes(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.aminmax` (one pass; NaN propagates to both), upcast for types without the kernel (float8 on CPU)."""
+    try:
+        return torch.aminmax(tensor)
+    except (RuntimeError, NotImplementedError):
+        return torch.aminmax(tensor.float())
+
+
+def bad_values(tensor: torch.Tensor) -> str:
+    """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return ""
+    low, high = _extremes(tensor)
+    if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
+        return ""
+    if tensor.dtype.itemsize == 1:  # float8: isnan and abs have no CPU kernel either
+        tensor = tensor.float()
+    nan = int(torch.isnan(tensor).sum())
+    inf = int(torch.isinf(tensor).sum())
+    huge = int((tensor.abs() >= HUGE_WEIGHT).sum()) - inf  # float16 cannot hold 2^64: only its Inf count here
+    parts = [f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf"), (huge, "of magnitude >= 2^64")) if count]
+    return f"{', '.join(parts)} of {tensor.numel()} values" if parts else ""
 
 
 def config_error_message(error: Exception) -> str:
@@ -468,10 +496,7 @@ def load_model_and_tokenizer(
             f"The Hub model {text} cannot be loaded; ask its owner to fix the upload, or use another revision:\n{error}"
         ) from None
     tokenizer = load_tokenizer(path)
-    # the values were checked above, with this package's messages; the model's own check would only repeat them
-    model = AutoModelForSeq2SeqLM.from_pretrained(
-        path, use_safetensors=True, dtype=dtype, refuse_impossible_weights=False
-    )
+    model = AutoModelForSeq2SeqLM.from_pretrained(path, use_safetensors=True, dtype=dtype)
     check_tokenizer_matches_model(tokenizer, model.config, text)
     if device is not None:
         model.to(device)

@@ -9,7 +9,6 @@ transformers and those two.
 """
 
 import math
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -116,77 +115,6 @@ def check_integer_ids(token_ids: torch.Tensor, name: str, embeds_name: str | Non
             f"{name} must hold integer token ids (torch.long or torch.int), got dtype {token_ids.dtype}; convert "
             f"them with {name}.long(){vectors}."
         )
-
-
-# No training yields a weight this large: its square overflows float32, and it is what flipping the top exponent bit
-# makes of any float32 or bfloat16 weight above 2^-63 (a weight of exactly 0 becomes ±2, which no check can tell).
-HUGE_WEIGHT = 2.0**64
-
-
-def _extremes(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.aminmax` (one pass; NaN propagates to both), upcast for types without the kernel (float8 on CPU)."""
-    try:
-        return torch.aminmax(tensor)
-    except (RuntimeError, NotImplementedError):
-        return torch.aminmax(tensor.float())
-
-
-def bad_values(tensor: torch.Tensor) -> str:
-    """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
-    if not tensor.is_floating_point() or tensor.numel() == 0:
-        return ""
-    low, high = _extremes(tensor)
-    if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
-        return ""
-    if tensor.dtype.itemsize == 1:  # float8: isnan and abs have no CPU kernel either
-        tensor = tensor.float()
-    nan = int(torch.isnan(tensor).sum())
-    inf = int(torch.isinf(tensor).sum())
-    huge = int((tensor.abs() >= HUGE_WEIGHT).sum()) - inf  # float16 cannot hold 2^64: only its Inf count here
-    parts = [f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf"), (huge, "of magnitude >= 2^64")) if count]
-    return f"{', '.join(parts)} of {tensor.numel()} values" if parts else ""
-
-
-def check_weight_values(model: nn.Module, source: str) -> None:
-    """Raise a `ValueError` naming the weights of `model` that hold NaN, ±Inf or values of magnitude >= 2^64
-    (`HUGE_WEIGHT`), which no training yields: a diverged run, a float16 overflow, a flipped exponent bit. Such a model
-    loads and translates without a word, into empty or garbage lines.
-
-    Each tensor (tied ones once; tensors on the meta device, not loaded, skipped) is screened by one `aminmax` pass,
-    with one device-to-host copy per device for all the verdicts; only the tensors that fail are counted in detail.
-    """
-    screened: dict[torch.device, list[tuple[str, torch.Tensor, torch.Tensor]]] = {}
-    seen = set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) in seen or not tensor.is_floating_point() or tensor.is_meta or tensor.numel() == 0:
-            continue
-        seen.add(id(tensor))
-        low, high = _extremes(tensor.detach())
-        # NaN fails both comparisons; in float16 the bounds round to ±Inf, so that only Inf fails there
-        screened.setdefault(tensor.device, []).append((name, tensor, (low <= -HUGE_WEIGHT) | ~(high < HUGE_WEIGHT)))
-    bad = [
-        (name, tensor)
-        for entries in screened.values()
-        for (name, tensor, _), failed in zip(entries, torch.stack([v for *_, v in entries]).tolist(), strict=True)
-        if failed
-    ]
-    if not bad:
-        return
-    problems = [(name, tensor.dtype, bad_values(tensor.detach())) for name, tensor in bad]
-    listed = "; ".join(f"{name} ({problem})" for name, _, problem in problems[:5])
-    more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
-    overflow = (
-        " If the saved weights are float32 and were loaded with dtype=torch.float16, they exceed float16's range: "
-        "load them in float32 or bfloat16."
-        if any(dtype == torch.float16 and "Inf" in problem for _, dtype, problem in problems)
-        else ""
-    )
-    raise ValueError(
-        f"{source} holds impossible weights in {len(bad)} tensor(s): {listed}{more}. NaN and Inf come from a run "
-        f"that diverged (or overflowed in float16), huge values from a corrupted file (a flipped exponent bit); the "
-        f"model would translate to empty or garbage lines. Restore the folder from a good copy, load an earlier "
-        f"checkpoint, or re-train.{overflow} (To inspect them, load with refuse_impossible_weights=False.)"
-    )
 
 
 def positions_from_mask(attention_mask: torch.Tensor | None, seq_length: int) -> torch.Tensor | None:
@@ -379,16 +307,30 @@ class VanillaTransformerFeedForward(nn.Module):
         return self.fc2(hidden_states)
 
 
-class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
-    """Encoder layer, §3.1: self-attention then feed-forward, each wrapped as LayerNorm(x + Dropout(Sublayer(x))).
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What the layers of §3.1 share: each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (§3.1, with the
+    dropout of §5.4), or, with `normalize_before=True` (pre-LN), as x + Dropout(Sublayer(LayerNorm(x)))."""
 
-    With `normalize_before=True` the wrapping is x + Dropout(Sublayer(LayerNorm(x))) (pre-LN) instead.
-    """
-
-    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+    def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.normalize_before = config.normalize_before
         self.dropout = config.dropout
+
+    def residual(
+        self, sublayer: nn.Module, layer_norm: nn.LayerNorm, hidden_states: torch.Tensor, **kwargs
+    ) -> torch.Tensor:
+        output = sublayer(layer_norm(hidden_states) if self.normalize_before else hidden_states, **kwargs)
+        if isinstance(output, tuple):  # attention returns its weights too; the output recorders capture them
+            output = output[0]
+        hidden_states = hidden_states + F.dropout(output, p=self.dropout, training=self.training)
+        return hidden_states if self.normalize_before else layer_norm(hidden_states)
+
+
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
+    """Encoder layer, §3.1: self-attention, then the feed-forward network."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+        super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads, layer_idx=layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
@@ -400,31 +342,17 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
-        if not self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.ffn(hidden_states)
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        hidden_states = self.residual(
+            self.self_attn, self.self_attn_layer_norm, hidden_states, attention_mask=attention_mask, **kwargs
+        )
+        return self.residual(self.ffn, self.final_layer_norm, hidden_states)
 
 
-class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
-    """Decoder layer, §3.1: masked self-attention, encoder-decoder attention, feed-forward, each post-LN."""
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
+    """Decoder layer, §3.1: masked self-attention, encoder-decoder attention, then the feed-forward network."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
-        super().__init__()
-        self.normalize_before = config.normalize_before
-        self.dropout = config.dropout
+        super().__init__(config)
         heads = config.decoder_attention_heads
         self.self_attn = VanillaTransformerAttention(config, heads, is_causal=True, layer_idx=layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -443,39 +371,25 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         use_cache: bool | None = True,
         **kwargs,
     ) -> torch.Tensor:
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(
-            hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
+        hidden_states = self.residual(
+            self.self_attn,
+            self.self_attn_layer_norm,
+            hidden_states,
+            past_key_values=past_key_values,
+            attention_mask=attention_mask,
+            **kwargs,
         )
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
-        if not self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
         if encoder_hidden_states is not None:
-            residual = hidden_states
-            if self.normalize_before:
-                hidden_states = self.encoder_attn_layer_norm(hidden_states)
-            hidden_states, _ = self.encoder_attn(
+            hidden_states = self.residual(
+                self.encoder_attn,
+                self.encoder_attn_layer_norm,
                 hidden_states,
                 key_value_states=encoder_hidden_states,
                 attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
                 **kwargs,
             )
-            hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
-            if not self.normalize_before:
-                hidden_states = self.encoder_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.ffn(hidden_states)
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        return self.residual(self.ffn, self.final_layer_norm, hidden_states)
 
 
 @contextmanager
@@ -503,23 +417,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path: str | os.PathLike | None,
-        *model_args,
-        refuse_impossible_weights: bool = True,
-        **kwargs,
-    ) -> "VanillaTransformerPreTrainedModel | tuple[VanillaTransformerPreTrainedModel, dict]":
-        """Load as transformers does, then refuse weights that no training yields (`check_weight_values`: NaN, Inf,
-        magnitudes >= 2^64), which would otherwise load and translate without a word. A method of the model, not of
-        this package's loader, so that it holds for `from_pretrained(..., trust_remote_code=True)` on the Hub too.
-        `refuse_impossible_weights=False` loads them anyway, to inspect a diverged run or report them otherwise."""
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        if refuse_impossible_weights:
-            check_weight_values(loaded[0] if isinstance(loaded, tuple) else loaded, str(pretrained_model_name_or_path))
-        return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with `auto_map` entries for every Auto class (`add_remote_auto_map`)."""

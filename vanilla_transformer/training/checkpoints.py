@@ -225,7 +225,7 @@ def average_checkpoints(
     check_one_run(run_dir, chosen)
     averaged = average_state_dicts(chosen)
     # the weights are replaced by the average, and the newest checkpoint's were checked above
-    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True, refuse_impossible_weights=False)
+    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True)
     # the names and shapes were checked with each checkpoint; tied matrices are stored once (`model.shared.weight`)
     model.load_state_dict(averaged, strict=False)
     model.tie_weights()
