@@ -24,6 +24,7 @@ from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.training.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.run import train
+from vanilla_transformer.training.settings import TrainingSettings
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
@@ -164,7 +165,9 @@ def test_same_seed_same_weights_and_bleu(tmp_path):
     )  # fmt: skip
     runs = {}
     for name, seed in (("first", 0), ("again", 0), ("other", 1)):
-        run = train(preset, tmp_path / name, seed=seed, eval_samples=8, report_to="none", progress=False)
+        run = train(
+            TrainingSettings(preset, tmp_path / name, seed=seed, eval_samples=8, report_to="none", progress=False)
+        )
         model, tokenizer = load_model_and_tokenizer(run.final_dir)
         pairs = load_builtin("test")["translation"][:16]
         hypotheses = translate(model, tokenizer, [p["en"] for p in pairs], num_beams=2)

@@ -21,7 +21,7 @@ from vanilla_transformer.cli.main import _run, _set_up, build_parser, main, user
 from vanilla_transformer.errors import ModelFolderError, SettingsError, UsageError
 from vanilla_transformer.training.presets import PRESET_FLAGS, get_training_preset
 from vanilla_transformer.training.ranges import TRAINING_RANGES
-from vanilla_transformer.training.settings_check import check_settings
+from vanilla_transformer.training.settings import TrainingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,8 +207,7 @@ def test_beams_past_the_vocabulary_are_refused_once_it_is_known(tmp_path):
         model.generate(input_ids=torch.tensor([[5, 6, 2]]), num_beams=65)
     # training knows its vocabulary from the preset
     with pytest.raises(SettingsError, match=r"--eval-beams 1001 is more beams than the vocabulary's 1000 tokens"):
-        check_settings(get_training_preset("demo"), tmp_path / "run", resume=True, averages_checkpoints=False,
-                       eval_beams=1001)  # fmt: skip
+        TrainingSettings(get_training_preset("demo"), tmp_path / "run", eval_beams=1001).check(trainer=False)
 
 
 # --- user errors after parsing, and bugs ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from vanilla_transformer.data.tokenization import save_tokenizer
 from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
+from vanilla_transformer.training.settings import TrainingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,8 +37,9 @@ def streamed_run(corpus: Path, tokenizer: Path, output: Path, max_steps: int):
         "demo", corpus=str(corpus), valid_split="valid", max_steps=max_steps, save_steps=3, eval_steps=1000,
         max_tokens=600, tokens_per_update=600, average_last=5, dropout=0.0,
     )  # fmt: skip
-    return train_no_trainer(preset, output, eval_samples=4, threads=1, streaming=True, stream_buffer_pairs=50,
-                            tokenizer_path=tokenizer, log_steps=1)  # fmt: skip
+    settings = TrainingSettings(preset, output, eval_samples=4, threads=1, streaming=True, stream_buffer_pairs=50,
+                                tokenizer_path=tokenizer, log_steps=1)  # fmt: skip
+    return train_no_trainer(settings)
 
 
 def test_a_stopped_stream_resumes_to_the_weights_of_an_uninterrupted_run(stream_corpus, tmp_path):
@@ -58,13 +60,13 @@ def test_streaming_without_a_tokenizer_or_with_batches_of_pairs_is_refused(strea
     corpus, tokenizer = stream_corpus
     preset = get_training_preset("demo", corpus=str(corpus), valid_split="valid", max_steps=2)
     with pytest.raises(SettingsError, match=r"- --streaming never reads the whole corpus.*\n- --streaming cuts"):
-        train_no_trainer(preset, tmp_path / "run", streaming=True, per_device_batch_size=8)
+        train_no_trainer(TrainingSettings(preset, tmp_path / "run", streaming=True, per_device_batch_size=8))
     assert not (tmp_path / "run").exists()
     for corpus in ("builtin", str(tmp_path / "en-de.tsv")):
         (tmp_path / "en-de.tsv").write_text("Hello.\tHallo.\n")
         preset = get_training_preset("demo", corpus=corpus, max_steps=2)
         with pytest.raises(SettingsError, match=r"--streaming reads .*: leave"):
-            train_no_trainer(preset, tmp_path / "run", streaming=True, tokenizer_path=tokenizer)
+            train_no_trainer(TrainingSettings(preset, tmp_path / "run", streaming=True, tokenizer_path=tokenizer))
         assert not (tmp_path / "run").exists()
 
 

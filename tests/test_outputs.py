@@ -373,6 +373,7 @@ def test_plot_attention_writes_beside_and_never_into_the_model(model_folder, tmp
 def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(function, tmp_path):
     from vanilla_transformer.training.no_trainer import train_no_trainer
     from vanilla_transformer.training.run import check_run_folder, train
+    from vanilla_transformer.training.settings import TrainingSettings
 
     train_function = {"train": train, "train_no_trainer": train_no_trainer}[function]
     preset = get_training_preset("demo")
@@ -381,23 +382,23 @@ def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(function, 
     (stranger / "holiday.jpg").write_bytes(b"\xff\xd8 a photo")
     before = tree_state(tmp_path)
     with pytest.raises(OutputError, match=r"photos is a non-empty folder .* pass --overwrite"):
-        train_function(preset, stranger)
+        train_function(TrainingSettings(preset, stranger))
     assert tree_state(tmp_path) == before
-    check_run_folder(preset, stranger, overwrite=True)  # allowed, and said
+    check_run_folder(TrainingSettings(preset, stranger, overwrite=True))  # allowed, and said
 
     run = tmp_path / "run"  # new, empty, or a run of ours: its preset.json, or a training-run marker
-    check_run_folder(preset, run)
+    check_run_folder(TrainingSettings(preset, run))
     run.mkdir()
-    check_run_folder(preset, run)
+    check_run_folder(TrainingSettings(preset, run))
     (run / "preset.json").write_text("{}")
     (run / "checkpoint-5").mkdir()
-    check_run_folder(preset, run)
+    check_run_folder(TrainingSettings(preset, run))
     (run / "preset.json").unlink()
     write_marker(run, "training-run", "train")
-    check_run_folder(preset, run)
+    check_run_folder(TrainingSettings(preset, run))
     (run / MARKER_NAME).unlink()
     with pytest.raises(OutputError, match="pass --overwrite to train there"):
-        check_run_folder(preset, run)
+        check_run_folder(TrainingSettings(preset, run))
 
 
 # -- averaging refuses checkpoints of different runs ------------------------------------------------------------------

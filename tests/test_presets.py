@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,15 +24,27 @@ from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import (
     PRESET_FLAGS,
     TRAINING_PRESETS,
-    RunSettings,
     get_training_preset,
     preset_from_arguments,
-    record_run_preset,
 )
 from vanilla_transformer.training.run import train
-from vanilla_transformer.training.settings_check import check_settings, trainer_checkpoint_steps
+from vanilla_transformer.training.settings import TrainingSettings, check_record, trainer_checkpoint_steps
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def record_run(output: Path, preset, *, resume: bool = True, write: bool = True, **options) -> None:
+    """Check (and with `write`, write) the record a run of `preset` with `options` keeps in `output`."""
+    check_record(TrainingSettings(preset, output, resume=resume, **options), write=write)
+
+
+def check_settings(preset, output, *, averages_checkpoints: bool, resume: bool = True, **options) -> None:
+    """`TrainingSettings.check` of a run of `preset` with `options` (for `train` when it averages checkpoints)."""
+    TrainingSettings(preset, output, resume=resume, **options).check(trainer=averages_checkpoints)
+
+
+def run_with(train_function, preset, output, **options):
+    return train_function(TrainingSettings(preset, output, **options))
 
 
 def test_presets_are_data_and_overridable():
@@ -48,26 +60,26 @@ def test_a_run_continues_only_with_the_settings_it_recorded(tmp_path, monkeypatc
     (tmp_path / "corpus").mkdir()
     run = tmp_path / "run"
     preset = get_training_preset("demo", corpus="corpus")
-    record_run_preset(run, preset, resume=True)
+    record_run(run, preset, resume=True)
     (run / "checkpoint-100").mkdir()
     # longer, and the same corpus folder written another way: the same run
-    record_run_preset(run, get_training_preset("demo", corpus=str(tmp_path / "corpus"), max_steps=900), resume=True)
+    record_run(run, get_training_preset("demo", corpus=str(tmp_path / "corpus"), max_steps=900), resume=True)
     assert json.loads((run / "preset.json").read_text())["max_steps"] == 900
     with pytest.raises(ValueError, match=r"other settings \(lr_factor: 0.5 -> 1.0; dropout: 0.1 -> 0.3\)"):
-        record_run_preset(run, get_training_preset("demo", corpus="corpus", dropout=0.3, lr_factor=1.0), resume=True)
+        record_run(run, get_training_preset("demo", corpus="corpus", dropout=0.3, lr_factor=1.0), resume=True)
     with pytest.raises(ValueError, match="holds checkpoint-100, past max_steps=50"):
-        record_run_preset(run, get_training_preset("demo", corpus="corpus", max_steps=50), resume=True)
+        record_run(run, get_training_preset("demo", corpus="corpus", max_steps=50), resume=True)
     with pytest.raises(ValueError, match="already holds a run \\(checkpoint-100\\); starting over"):
-        record_run_preset(run, preset, resume=False)
+        record_run(run, preset, resume=False)
     assert json.loads((run / "preset.json").read_text())["dropout"] == 0.1  # the record is left as it was
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint-100", "preset.json"]
     # a record written before a field existed holds that field's default
     record = json.loads((run / "preset.json").read_text())
     del record["lowercase"]
     (run / "preset.json").write_text(json.dumps(record))
-    record_run_preset(run, get_training_preset("demo", corpus="corpus", max_steps=900), resume=True)
+    record_run(run, get_training_preset("demo", corpus="corpus", max_steps=900), resume=True)
     with pytest.raises(ValueError, match=r"lowercase: False -> True"):
-        record_run_preset(run, get_training_preset("demo", corpus="corpus", max_steps=900, lowercase=True), resume=True)
+        record_run(run, get_training_preset("demo", corpus="corpus", max_steps=900, lowercase=True), resume=True)
 
 
 @pytest.mark.parametrize("train_function", [train, train_no_trainer])
@@ -75,10 +87,10 @@ def test_training_refuses_to_mix_two_runs_in_one_folder(train_function, tmp_path
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
     with pytest.raises(ValueError, match="already holds a run \\(tokenizer\\)"):
-        train_function(get_training_preset("demo"), tmp_path, resume=False)
+        run_with(train_function, get_training_preset("demo"), tmp_path, resume=False)
     (tmp_path / "preset.json").write_text(json.dumps(get_training_preset("demo", vocab_size=500).as_dict()))
     with pytest.raises(ValueError, match="vocab_size: 500 -> 1000"):
-        train_function(get_training_preset("demo"), tmp_path)
+        run_with(train_function, get_training_preset("demo"), tmp_path)
 
 
 @pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
@@ -179,7 +191,7 @@ def assert_refused(call, expected: list[str], output: Path) -> None:
 @pytest.mark.parametrize(("fields", "options", "expected"), REFUSED_ON_BOTH_PATHS)
 def test_settings_no_run_can_finish_are_refused_before_loading(train_function, fields, options, expected, tmp_path):
     preset = get_training_preset("demo", **fields)
-    assert_refused(lambda: train_function(preset, tmp_path / "run", **options), expected, tmp_path / "run")
+    assert_refused(lambda: run_with(train_function, preset, tmp_path / "run", **options), expected, tmp_path / "run")
 
 
 @pytest.mark.parametrize("train_function", [train, train_no_trainer])
@@ -187,14 +199,14 @@ def test_an_output_dir_that_is_a_file_is_refused_and_kept(train_function, tmp_pa
     output = tmp_path / "notes.txt"
     output.write_text("not a run\n")
     with pytest.raises(SettingsError, match=r"--output-dir \S*notes.txt is a file, not a folder"):
-        train_function(get_training_preset("demo"), output)
+        run_with(train_function, get_training_preset("demo"), output)
     assert output.read_text() == "not a run\n"
 
 
 @pytest.mark.parametrize(("fields", "expected"), REFUSED_WHEN_AVERAGING)
 def test_averaging_more_checkpoints_than_the_run_leaves_is_refused(fields, expected, tmp_path):
     preset = get_training_preset("demo", **fields)
-    assert_refused(lambda: train(preset, tmp_path / "run"), expected, tmp_path / "run")
+    assert_refused(lambda: train(TrainingSettings(preset, tmp_path / "run")), expected, tmp_path / "run")
     # the loop averages nothing: the same settings only keep fewer checkpoints
     check_settings(preset, tmp_path / "run", resume=True, averages_checkpoints=False)
 
@@ -202,13 +214,17 @@ def test_averaging_more_checkpoints_than_the_run_leaves_is_refused(fields, expec
 @pytest.mark.parametrize(("options", "expected"), REFUSED_IN_THE_LOOP)
 def test_the_loops_own_options_are_refused_before_loading(options, expected, tmp_path):
     preset = get_training_preset("demo")
-    assert_refused(lambda: train_no_trainer(preset, tmp_path / "run", **options), expected, tmp_path / "run")
+    assert_refused(
+        lambda: train_no_trainer(TrainingSettings(preset, tmp_path / "run", **options)), expected, tmp_path / "run"
+    )
 
 
 def test_every_problem_comes_in_one_message(tmp_path):
     preset = get_training_preset("demo", max_steps=0, vocab_size=100)
     expected = ["cannot finish as asked:\n- ", "\n- --max-steps 0", "\n- --vocab-size 100", "\n- --eval-samples 0"]
-    assert_refused(lambda: train(preset, tmp_path / "run", eval_samples=0), expected, tmp_path / "run")
+    assert_refused(
+        lambda: train(TrainingSettings(preset, tmp_path / "run", eval_samples=0)), expected, tmp_path / "run"
+    )
 
 
 def test_settings_at_the_edges_are_accepted(tmp_path):
@@ -229,7 +245,7 @@ def test_settings_at_the_edges_are_accepted(tmp_path):
 
 def test_a_resumed_run_counts_the_checkpoints_it_already_has(tmp_path):
     preset = get_training_preset("demo", max_steps=30, save_steps=10, average_last=3)
-    record_run_preset(tmp_path, preset, resume=True)
+    record_run(tmp_path, preset, resume=True)
     for step in (10, 20):
         (tmp_path / f"checkpoint-{step}").mkdir()
         for name in RESUME_FILES:
@@ -254,10 +270,10 @@ def test_data_no_batch_can_hold_is_refused_right_after_tokenizing(train_function
     options = {"eval_samples": 4, "threads": 1}
     too_small = get_training_preset("demo", max_tokens=20, vocab_size=300)
     with pytest.raises(SettingsError, match=r"--max-tokens 20 is smaller than the longest training pair \((\d+) "):
-        train_function(too_small, tmp_path, **options)
+        run_with(train_function, too_small, tmp_path, **options)
     too_short = get_training_preset("demo", max_length=1, vocab_size=300)
     with pytest.raises(SettingsError, match=r"--max-length 1 leaves no training pair: 6000 of the 6000 pairs"):
-        train_function(too_short, tmp_path, **options)
+        run_with(train_function, too_short, tmp_path, **options)
     # nothing trained; the tokenizer stays, and a run with the suggested fix may continue in the folder
     assert sorted(path.name for path in tmp_path.iterdir()) == ["preset.json", "tokenizer"]
     check_settings(replace(too_small, max_tokens=3000), tmp_path, resume=True, averages_checkpoints=True)
@@ -271,13 +287,17 @@ def test_edge_settings_train_and_leave_the_checkpoints_counted(tmp_path):
                ("decoder_layers", 1))  # fmt: skip
     preset = get_training_preset("demo", max_steps=5, save_steps=2, eval_steps=100, average_last=3, warmup_steps=100,
                                  max_tokens=20, max_length=24, model_overrides=learned)  # fmt: skip
-    run = train(preset, tmp_path, eval_samples=4, per_device_batch_size=4, report_to="none", progress=False, threads=1)
+    run = train(
+        TrainingSettings(
+            preset, tmp_path, eval_samples=4, per_device_batch_size=4, report_to="none", progress=False, threads=1
+        )
+    )
     assert [int(path.name.split("-")[1]) for path in list_checkpoints(tmp_path)] == trainer_checkpoint_steps(5, 2)
     assert [entry["step"] for entry in run.log_history if "eval_bleu" in entry] == [5]
     assert (tmp_path / "final" / "model.safetensors").is_file()
 
 
-# -- provenance: a run records what it trained with besides its preset (`RunSettings`), and resumes only with it -----
+# -- provenance: a run records what it trained with besides its preset (`run_record`), and resumes only with it -----
 
 RUN_SETTING_CHANGES = [
     pytest.param(
@@ -286,7 +306,7 @@ RUN_SETTING_CHANGES = [
         id="languages-swapped",
     ),
     pytest.param({"seed": 3}, ["seed: 0 -> 3"], id="seed"),
-    pytest.param({"precision": "bf16"}, ["precision: 'fp32' -> 'bf16'"], id="precision"),
+    pytest.param({"mixed_precision": "bf16"}, ["precision: 'fp32' -> 'bf16'"], id="precision"),
     pytest.param({"per_device_batch_size": 16}, ["per_device_batch_size: None -> 16"], id="batch-of-pairs"),
     pytest.param({"max_grad_norm": 1.0}, ["max_grad_norm: 0.0 -> 1.0"], id="clipping"),
 ]
@@ -296,20 +316,18 @@ RUN_SETTING_CHANGES = [
 def test_a_resume_is_refused_naming_each_run_setting_that_differs(changes, expected, tmp_path):
     run = tmp_path / "run"
     preset = get_training_preset("demo")
-    settings = RunSettings.for_corpus(preset.corpus)
-    record_run_preset(run, preset, resume=True, run=settings)
-    assert json.loads((run / "preset.json").read_text())["run"] == asdict(settings)
-    assert settings.corpus_sha256 is None  # the built-in corpus has no file
+    record_run(run, preset, resume=True)
+    recorded_run = json.loads((run / "preset.json").read_text())["run"]
+    assert recorded_run == TrainingSettings(preset, run).run_record()
+    assert recorded_run["corpus_sha256"] is None  # the built-in corpus has no file
     # before its first checkpoint a start trains from scratch: only what its tokenizer depends on must stay
     (run / "tokenizer").mkdir()
     (run / "tokenizer" / "tokenizer.json").write_text("{}")
-    record_run_preset(run, preset, resume=True, write=False, run=replace(settings, **changes))
+    record_run(run, preset, resume=True, write=False, **changes)
     (run / "checkpoint-10").mkdir()
     recorded = (run / "preset.json").read_bytes()
     with pytest.raises(ValueError) as refusal:
-        record_run_preset(
-            run, get_training_preset("demo", max_steps=900), resume=True, run=replace(settings, **changes)
-        )
+        record_run(run, get_training_preset("demo", max_steps=900), resume=True, **changes)
     message = str(refusal.value)
     assert message.startswith(f"{run} holds a run trained with other settings (") and "\n" not in message
     for text in expected:
@@ -317,18 +335,17 @@ def test_a_resume_is_refused_naming_each_run_setting_that_differs(changes, expec
     assert "only max_steps, save_steps, eval_steps, average_last may change" in message
     assert (run / "preset.json").read_bytes() == recorded
     # the settings it recorded continue it, for longer
-    record_run_preset(run, get_training_preset("demo", max_steps=900), resume=True, run=settings)
+    record_run(run, get_training_preset("demo", max_steps=900), resume=True)
     assert json.loads((run / "preset.json").read_text())["max_steps"] == 900
 
 
 def test_every_differing_setting_is_named_in_one_refusal_and_old_records_are_checked_on_the_preset(tmp_path):
     run = tmp_path / "run"
-    settings = RunSettings(seed=1)
-    record_run_preset(run, get_training_preset("demo"), resume=True, run=settings)
+    record_run(run, get_training_preset("demo"), resume=True, seed=1)
     (run / "checkpoint-10").mkdir()
-    changed = replace(settings, seed=2, precision="fp16", target_lang="fr")
+    changed = {"seed": 2, "mixed_precision": "fp16", "target_lang": "fr"}
     with pytest.raises(ValueError) as refusal:
-        record_run_preset(run, get_training_preset("demo", dropout=0.3), resume=True, run=changed)
+        record_run(run, get_training_preset("demo", dropout=0.3), resume=True, **changed)
     assert "(dropout: 0.1 -> 0.3; target_lang: 'de' -> 'fr'; seed: 1 -> 2; precision: 'fp32' -> 'fp16')" in str(
         refusal.value
     )
@@ -336,8 +353,9 @@ def test_every_differing_setting_is_named_in_one_refusal_and_old_records_are_che
     record = json.loads((run / "preset.json").read_text())
     del record["run"]
     (run / "preset.json").write_text(json.dumps(record))
-    record_run_preset(run, get_training_preset("demo"), resume=True, run=changed)
-    assert json.loads((run / "preset.json").read_text())["run"] == asdict(changed)
+    record_run(run, get_training_preset("demo"), resume=True, **changed)
+    expected = TrainingSettings(get_training_preset("demo"), run, **changed).run_record()
+    assert json.loads((run / "preset.json").read_text())["run"] == expected
 
 
 def test_a_corpus_file_is_the_same_by_content_whatever_directory_or_path_names_it(tmp_path, monkeypatch):
@@ -350,8 +368,8 @@ def test_a_corpus_file_is_the_same_by_content_whatever_directory_or_path_names_i
     run = tmp_path / "run"
 
     def start(corpus: str, write: bool = False) -> None:
-        settings = RunSettings.for_corpus(corpus, source_lang="en", target_lang="de")
-        record_run_preset(run, get_training_preset("demo", corpus=corpus), resume=True, write=write, run=settings)
+        record_run(run, get_training_preset("demo", corpus=corpus), resume=True, write=write, source_lang="en",
+                   target_lang="de")  # fmt: skip
 
     monkeypatch.chdir(first)
     start("data/pairs.tsv", write=True)
@@ -438,9 +456,8 @@ def test_a_run_on_a_tsv_file_records_the_direction_its_name_gives_and_refuses_it
     record = json.loads((tsv_run / "RUN" / "preset.json").read_text())
     corpus = (tsv_run / TSV_CORPUS).resolve()
     assert record["corpus"] == str(corpus)
-    assert record["run"] == asdict(
-        RunSettings(source_lang="en", target_lang="de", corpus_sha256=hashlib.sha256(corpus.read_bytes()).hexdigest())
-    )
+    assert record["run"]["corpus_sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert (record["run"]["source_lang"], record["run"]["target_lang"]) == ("en", "de")
     assert (tsv_run / "RUN" / "checkpoint-2").is_dir() and (tsv_run / "RUN" / "final" / "config.json").is_file()
     before = tree_digest(tsv_run)
     done = run_cli(*TSV_TRAIN, "--source-lang", "de", "--target-lang", "en", cwd=tsv_run)
@@ -488,6 +505,5 @@ def test_a_tsv_file_not_named_for_its_direction_needs_the_language_flags(tsv_run
     assert tree_digest(tsv_run) == before and not (tsv_run / "NEW").exists()
     # with them, the file under this other name is the corpus RUN trained on: its resume passes the checks
     preset = get_training_preset("demo", corpus="pairs.tsv", max_steps=4, save_steps=2, average_last=1)
-    settings = RunSettings.for_corpus("pairs.tsv", source_lang="en", target_lang="de")
-    check_settings(preset, "RUN", resume=True, averages_checkpoints=True, run=settings)
+    check_settings(preset, "RUN", averages_checkpoints=True, source_lang="en", target_lang="de")
     (tsv_run / "pairs.tsv").unlink()

@@ -6,7 +6,6 @@ import json
 import os
 import shlex
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,8 @@ from vanilla_transformer.release.build import (
     write_release,
 )
 from vanilla_transformer.release.model_card import card_for_folder
-from vanilla_transformer.training.presets import RunSettings, get_training_preset, read_run_preset
+from vanilla_transformer.training.presets import get_training_preset
+from vanilla_transformer.training.settings import TrainingSettings, read_run_preset, run_flags
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
@@ -322,9 +322,10 @@ ATTRIBUTION = "CC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)"
 def run_record(preset: str = "demo", **settings) -> dict:
     """A run's preset.json as training writes it: the preset's fields and its `"run"` settings."""
     corpus = settings.pop("corpus", None)
-    record = json.loads(json.dumps(get_training_preset(preset, corpus=corpus).as_dict()))
-    run = RunSettings.for_corpus(record["corpus"], **settings)
-    return record | {"run": asdict(run)}
+    if "precision" in settings:
+        settings["mixed_precision"] = settings.pop("precision")
+    settings = {"source_lang": "en", "target_lang": "de", **settings}
+    return TrainingSettings(get_training_preset(preset, corpus=corpus), "out", **settings).record()
 
 
 @pytest.fixture
@@ -441,7 +442,7 @@ def test_train_command_adds_the_runs_recorded_settings_as_flags_the_train_comman
     )
     assert (args.preset, args.source_lang, args.target_lang) == ("multi30k", "en", "zh")
     assert " --fp16" in train_command(run_record("multi30k", precision="fp16"), "out")
-    assert RunSettings(seed=3, precision="bf16").flags() == " --seed 3 --bf16"
+    assert run_flags({"seed": 3, "precision": "bf16"}) == " --seed 3 --bf16"
 
 
 def model_folder(folder: Path, tokenizer) -> Path:

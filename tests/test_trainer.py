@@ -23,6 +23,7 @@ from vanilla_transformer.training.optimization import (
 )
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.run import train
+from vanilla_transformer.training.settings import TrainingSettings
 from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 
@@ -169,9 +170,11 @@ def test_evaluation_leaves_the_papers_generation_config_alone(builtin_tokenizer,
 def test_a_finished_run_started_again_trains_no_further(tmp_path):
     preset = get_training_preset("demo", max_steps=4, save_steps=2, eval_steps=4, average_last=2, max_length=16)
     options = {"eval_samples": 4, "report_to": "none", "progress": False, "threads": 1}
-    train(preset, tmp_path, **options)
+    train(TrainingSettings(preset, tmp_path, **options))
     before = (tmp_path / "final" / "model.safetensors").read_bytes()
-    run = train(preset, tmp_path, **options)  # transformers' loop alone would take a fifth step and save it
+    run = train(
+        TrainingSettings(preset, tmp_path, **options)
+    )  # transformers' loop alone would take a fifth step and save it
     assert [path.name for path in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4"]
     assert (tmp_path / "final" / "model.safetensors").read_bytes() == before
     assert run.log_history and run.train_seconds == 0.0

@@ -8,6 +8,7 @@ from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.run import build_tokenizer, tokenizer_sample, train
+from vanilla_transformer.training.settings import TrainingSettings
 
 
 def test_the_bpe_sample_is_seeded_distinct_in_corpus_order_and_whole_when_small():
@@ -23,16 +24,20 @@ def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_
     preset = get_training_preset("demo")
     corpus = load_builtin("valid")
     save_tokenizer(builtin_tokenizer, tmp_path / "given")
-    tokenizer = build_tokenizer(preset, corpus, "en", "de", tmp_path / "run", tmp_path / "given")
+
+    def given(path):
+        return TrainingSettings(preset, tmp_path / "run", tokenizer_path=path)
+
+    tokenizer = build_tokenizer(given(tmp_path / "given"), corpus)
     assert tokenizer_fingerprint(load_tokenizer(tmp_path / "run" / "tokenizer")) == tokenizer_fingerprint(tokenizer)
     assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(builtin_tokenizer)
     # the same tokenizer again is fine; the run's own is used without --tokenizer
-    build_tokenizer(preset, corpus, "en", "de", tmp_path / "run", tmp_path / "given")
-    build_tokenizer(preset, corpus, "en", "de", tmp_path / "run")
+    build_tokenizer(given(tmp_path / "given"), corpus)
+    build_tokenizer(given(None), corpus)
     other = train_joint_bpe([pair["en"] for pair in corpus["translation"]], vocab_size=300)
     save_tokenizer(other, tmp_path / "other")
     with pytest.raises(SettingsError, match=r"--tokenizer .*other is not the tokenizer the run in .*run was started"):
-        build_tokenizer(preset, corpus, "en", "de", tmp_path / "run", tmp_path / "other")
+        build_tokenizer(given(tmp_path / "other"), corpus)
 
 
 def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tmp_path, monkeypatch):
@@ -40,7 +45,7 @@ def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tm
     monkeypatch.setenv("VANILLA_TRANSFORMER_TOKENIZED_CACHE", str(cache))
     options = {"train_samples": 300, "eval_samples": 4, "log_steps": 1, "threads": 1}
     preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, max_tokens=1024)
-    train_no_trainer(preset, tmp_path / "run", **options)
+    train_no_trainer(TrainingSettings(preset, tmp_path / "run", **options))
     folders = sorted(path.name for path in cache.iterdir())
     assert len(folders) == 2  # train and valid
 
@@ -48,8 +53,8 @@ def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tm
         raise AssertionError("tokenized again instead of opening the cache")
 
     monkeypatch.setattr(Dataset, "map", fail)
-    run = train_no_trainer(get_training_preset("demo", max_steps=2, save_steps=1, eval_steps=1000, max_tokens=1024),
-                           tmp_path / "run", **options)  # fmt: skip
+    preset = get_training_preset("demo", max_steps=2, save_steps=1, eval_steps=1000, max_tokens=1024)
+    run = train_no_trainer(TrainingSettings(preset, tmp_path / "run", **options))
     assert len(run.losses) == 2
     assert sorted(path.name for path in cache.iterdir()) == folders
 
@@ -63,5 +68,5 @@ def test_train_sorts_the_corpus_into_batches_once(tmp_path, monkeypatch):
         classmethod(lambda cls, *a, **k: built.append(1) or for_dataset(cls, *a, **k)),
     )
     preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, average_last=1)
-    train(preset, tmp_path / "run", eval_samples=4, threads=1, report_to="none", progress=False)
+    train(TrainingSettings(preset, tmp_path / "run", eval_samples=4, threads=1, report_to="none", progress=False))
     assert len(built) == 1  # sized the update and fed the Trainer's loader

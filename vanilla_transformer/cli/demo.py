@@ -57,12 +57,13 @@ def run_demo(output_dir: str, max_steps: int | None = None, release: str | Path 
     from ..release.remote_code import generate_without_package
     from ..training.presets import get_training_preset
     from ..training.run import train
+    from ..training.settings import TrainingSettings
 
     start = time.perf_counter()
     preset = get_training_preset("demo")
     if max_steps is not None:
         preset = replace(preset, max_steps=max_steps, save_steps=max(1, max_steps // preset.average_last))
-    result = train(preset, output_dir)
+    result = train(TrainingSettings(preset, output_dir))
     curves = plot_learning_curves(result.log_history, Path(output_dir) / "curves.png")
     trained = time.perf_counter() - start
     print(f"trained {preset.max_steps} steps in {trained:.0f}s; curves in {curves}")

@@ -36,27 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run and print where its averaged final model is."""
-    from ..training.presets import preset_from_arguments
-    from ..training.run import TOKENIZER_SAMPLE_PAIRS, train
+    from ..training.run import train
+    from ..training.settings import TrainingSettings
 
-    result = train(
-        preset_from_arguments(args),
-        args.output_dir,
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-        seed=args.seed,
-        resume=not args.no_resume,
-        eval_beams=args.eval_beams,
-        eval_samples=args.eval_samples,
-        report_to=args.report_to,
-        threads=args.threads,
-        log_steps=args.log_steps,
-        per_device_batch_size=args.per_device_batch_size,
-        max_grad_norm=args.max_grad_norm,
-        bf16=args.bf16,
-        fp16=args.fp16,
-        overwrite=args.overwrite,
-        tokenizer_path=args.tokenizer,
-        tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
-    )
+    result = train(TrainingSettings.from_arguments(args, "train"))
     print(f"final model: {result.final_dir}")

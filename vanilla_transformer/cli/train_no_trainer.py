@@ -56,33 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Train (or resume) the run in the loop."""
-    from ..data.streaming import DEFAULT_BUFFER_PAIRS
     from ..training.no_trainer import train_no_trainer
-    from ..training.presets import preset_from_arguments
-    from ..training.run import TOKENIZER_SAMPLE_PAIRS
+    from ..training.settings import TrainingSettings
 
     if args.stream_buffer_pairs and not args.streaming:
         raise UsageError("--stream-buffer-pairs sizes the buffer of --streaming: add --streaming, or leave it out")
-    train_no_trainer(
-        preset_from_arguments(args),
-        args.output_dir,
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-        seed=args.seed,
-        per_device_batch_size=args.per_device_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        max_grad_norm=args.max_grad_norm,
-        mixed_precision=args.mixed_precision,
-        resume=not args.no_resume,
-        eval_beams=args.eval_beams,
-        eval_samples=args.eval_samples,
-        eval_batch_size=args.eval_batch_size,
-        train_samples=args.train_samples,
-        log_steps=args.log_steps,
-        threads=args.threads,
-        overwrite=args.overwrite,
-        tokenizer_path=args.tokenizer,
-        tokenizer_sample_pairs=args.tokenizer_sample or TOKENIZER_SAMPLE_PAIRS,
-        streaming=args.streaming,
-        stream_buffer_pairs=args.stream_buffer_pairs or DEFAULT_BUFFER_PAIRS,
-    )
+    train_no_trainer(TrainingSettings.from_arguments(args, "train-no-trainer"))

@@ -238,6 +238,7 @@ def run_row(
     from ..inference.evaluation import score_translations
     from ..inference.translation import translate
     from ..training.run import train
+    from ..training.settings import TrainingSettings
 
     record_path = folder / "row.json"
     if record_path.is_file():
@@ -245,15 +246,17 @@ def run_row(
     start = time.perf_counter()
     trained = row_preset(preset, row)
     run = train(
-        trained,
-        folder,
-        settings.source_lang,
-        settings.target_lang,
-        seed=row.seed,
-        report_to="none",
-        progress=False,
-        tokenizer_path=tokenizer_path,
-        threads=settings.threads,  # train sets them for this process, the evaluation below included
+        TrainingSettings(
+            trained,
+            folder,
+            settings.source_lang,
+            settings.target_lang,
+            seed=row.seed,
+            report_to="none",
+            progress=False,
+            tokenizer_path=tokenizer_path,
+            threads=settings.threads,  # train sets them for this process, the evaluation below included
+        )
     )
     model, tokenizer = load_model_and_tokenizer(run.final_dir)
     model.generation_config.length_penalty = 0.6  # §6.1's α: the paper tuned α once, not per row
@@ -290,9 +293,10 @@ def prepare_grid(preset: TrainingPreset, output_dir: Path, settings: GridSetting
     from accelerate import PartialState
 
     from ..training.run import prepare_run_data
+    from ..training.settings import TrainingSettings
 
     state = PartialState(cpu=not torch.cuda.is_available())  # the state `train` makes in this process
-    prepare_run_data(state, preset, settings.source_lang, settings.target_lang, output_dir)
+    prepare_run_data(state, TrainingSettings(preset, output_dir, settings.source_lang, settings.target_lang))
     return output_dir / "tokenizer"
 
 

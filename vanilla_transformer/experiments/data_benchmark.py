@@ -178,11 +178,13 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     from ..data.tokenized import model_columns
     from ..training.presets import TRAINING_PRESETS
     from ..training.run import prepare_run_data
+    from ..training.settings import TrainingSettings
     from .benchmark import status_kib
 
     preset = replace(TRAINING_PRESETS[preset_name], corpus=str(corpus), valid_split="valid", max_tokens=max_tokens)
     start = time.perf_counter()
-    data = prepare_run_data(PartialState(cpu=True), preset, "en", "de", output, eval_samples=EVAL_SAMPLES)
+    settings = TrainingSettings(preset, output, "en", "de", eval_samples=EVAL_SAMPLES)
+    data = prepare_run_data(PartialState(cpu=True), settings)
     sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, max_tokens)
     opened = time.perf_counter() - start
     collator = DataCollatorForSeq2Seq(data.tokenizer, label_pad_token_id=-100)

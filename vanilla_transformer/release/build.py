@@ -20,7 +20,8 @@ from ..errors import SettingsError
 from ..files.outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
 from ..inference.evaluation import evaluate_model_on_split, score_translations
 from ..training.checkpoints import checkpoint_step
-from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS, RunSettings, same_setting
+from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS
+from ..training.settings import run_flags, same_setting
 from .model_card import card_from_release_record, training_hyperparameters
 
 SMOKE_SENTENCES = 50  # the first N sentences of the first test split, re-scored by a test against the card
@@ -180,10 +181,10 @@ def language_flags(source_lang: str, target_lang: str) -> str:
 def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", target_lang: str = "de") -> str:
     """The `vanilla-transformer train` line that trains a run with this `preset.json` on this language pair: the
     named preset it differs least from, a flag for each field it changed, and one for each setting of its `"run"`
-    record that is not the default (seed, precision, ...: `RunSettings.flags`). A change no flag can make (the model
+    record that is not the default (seed, precision, ...: `settings.run_flags`). A change no flag can make (the model
     preset or its overrides) raises."""
     recorded = run_preset.get("run", {})
-    run_flags = RunSettings(**recorded).flags() if recorded else ""
+    recorded_flags = run_flags(recorded) if recorded else ""
 
     run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
 
@@ -206,7 +207,7 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
             return f" --{name}" if value else f" --no-{name}"
         return f" --{name} {value}"
 
-    flags = "".join(flag(field) for field in changed(name)) + run_flags
+    flags = "".join(flag(field) for field in changed(name)) + recorded_flags
     languages = language_flags(source_lang, target_lang)
     return f"vanilla-transformer train --preset {name}{flags}{languages} --output-dir {output_dir}"
 

@@ -10,7 +10,6 @@ N processes with batches of b pairs give exactly the update of one process with 
 
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -24,8 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.dynamic_module_utils import custom_object_save
 
 from ..data.batching import Seq2SeqCollator
-from ..data.corpora import corpus_languages
-from ..data.streaming import DEFAULT_BUFFER_PAIRS, StreamingTokenBatches
+from ..data.streaming import StreamingTokenBatches
 from ..data.tokenized import model_columns
 from ..files.outputs import (
     STAGED_SUFFIX,
@@ -40,9 +38,8 @@ from ..model.modeling_vanilla_transformer import own_class
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .fsdp import shard_tied_embeddings
 from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
-from .presets import RunSettings, TrainingPreset
-from .run import TOKENIZER_SAMPLE_PAIRS, check_run_folder, prepare_run, run_lock
-from .settings_check import check_settings, check_streaming
+from .run import PreparedRun, prepare_run, run_lock, start_run
+from .settings import TrainingSettings
 
 LOG_FILE = "train_log.json"
 # the middle of the fixed hidden name the final model is written under (`save_final_model`)
@@ -181,265 +178,226 @@ def save_final_model(
     accelerator.wait_for_everyone()
 
 
-def train_no_trainer(
-    preset: TrainingPreset,
-    output_dir: str | Path,
-    source_lang: str | None = None,
-    target_lang: str | None = None,
-    seed: int = 0,
-    per_device_batch_size: int | None = None,
-    gradient_accumulation_steps: int | None = None,
-    max_grad_norm: float = 0.0,
-    mixed_precision: str | None = None,
-    resume: bool = True,
-    eval_beams: int = 1,
-    eval_samples: int | None = None,
-    eval_batch_size: int = 64,
-    train_samples: int | None = None,
-    log_steps: int = 50,
-    threads: int | None = None,
-    overwrite: bool = False,
-    tokenizer_path: str | Path | None = None,
-    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
-    streaming: bool = False,
-    stream_buffer_pairs: int = DEFAULT_BUFFER_PAIRS,
-) -> NoTrainerRun:
-    """Train `preset` into `output_dir` with a hand-written `accelerate` loop; resume from the newest
-    `checkpoint-N` there when `resume`. Launch it once per process (`accelerate launch`, `torchrun`).
+def write_log(accelerator: Accelerator, output: Path, run: NoTrainerRun) -> None:
+    """`output/train_log.json` (main process): every update's loss and gradient norm, the evaluations, the last
+    validation translations; written under another name and renamed, so a kill never leaves half a log."""
+    if accelerator.is_main_process:
+        log = {"losses": run.losses, "grad_norms": run.grad_norms, "evaluations": run.evaluations}
+        write_text_atomic(output / LOG_FILE, json.dumps(log | {"predictions": run.predictions}, indent=1) + "\n")
 
-    Batches are token budgets of `preset.max_tokens` padded tokens per process (§5.1), or `per_device_batch_size`
-    pairs when given. Gradient accumulation defaults to about `preset.tokens_per_update` tokens per update counted
-    over all processes. `max_grad_norm=0` clips nothing, as the paper. Validation (greedy unless `eval_beams`) runs
-    every `preset.eval_steps` updates and at the end on the first `eval_samples` valid pairs; checkpoints every
-    `preset.save_steps` (the newest `preset.average_last` are kept); the final weights go to `output_dir/final`.
-    The loss and gradient norm of every update, each evaluation and the last validation translations go to
-    `output_dir/train_log.json`.
 
-    Settings that cannot finish are refused before the corpus is loaded or, for those that depend on the data, right
-    after it is tokenized (`settings_check`), as are folders that hold a run with other settings.
+@dataclass
+class LoopParts:
+    """What the loop trains and validates with, as `accelerator.prepare` returned it."""
 
-    `output_dir` must be new, empty, or a run of ours (`training.check_run_folder`; anything else only with
-    `overwrite`). Checkpoints, `final/` and the log are written under other names and renamed when complete.
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    train_loader: DataLoader
+    valid_loader: DataLoader
+    tokenizer: PreTrainedTokenizerBase
+    prepared: PreparedRun
+    stream: StreamingTokenBatches | None = None
+
+
+def validate(
+    accelerator: Accelerator, parts: LoopParts, settings: TrainingSettings, run: NoTrainerRun, updates: int
+) -> None:
+    """Translate the validation pairs (`evaluate_translations`), score them and log the result."""
+    hypotheses, references = evaluate_translations(
+        accelerator, parts.model, parts.valid_loader, parts.tokenizer, settings.eval_beams
+    )
+    scores = score_translations(hypotheses, references, lang=settings.target_lang)
+    bleu, chrf = scores["bleu"]["score"], scores["chrf"]["score"]
+    run.evaluations.append({"step": updates, "bleu": bleu, "chrf": chrf, "n": len(hypotheses)})
+    run.predictions = hypotheses
+    accelerator.print(f"step {updates}: {run.evaluations[-1]}")
+    write_log(accelerator, settings.output_dir, run)
+
+
+def training_batches(
+    settings: TrainingSettings, prepared: PreparedRun, collator: Seq2SeqCollator, accelerator: Accelerator
+) -> tuple[DataLoader, StreamingTokenBatches | None]:
+    """The training loader (not yet prepared by accelerate) and, for a streamed run, its stream: token-budget
+    batches of the prepared sampler, batches of `per_device_batch_size` pairs, or a stream's batches."""
+    if settings.streaming:
+        # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)
+        preset = settings.preset
+        stream = StreamingTokenBatches(
+            preset.corpus,
+            prepared.data.tokenizer,
+            "train",
+            settings.source_lang,
+            settings.target_lang,
+            max_tokens=preset.max_tokens,
+            max_length=preset.max_length,
+            buffer_pairs=settings.stream_buffer_pairs,
+            seed=settings.seed,
+            rank=accelerator.process_index,
+            world_size=accelerator.num_processes,
+            dataset_config=preset.dataset_config,
+        )
+        return DataLoader(stream, batch_size=None, collate_fn=collator), stream
+    pairs = model_columns(prepared.data.train_set)  # the loaders read the token ids alone; the sampler the lengths
+    if settings.per_device_batch_size:
+        # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
+        return DataLoader(pairs, batch_size=settings.per_device_batch_size, shuffle=True, collate_fn=collator), None
+    # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with `even_batches`
+    # (the default) the processes short of a batch at the end of an epoch repeat early ones
+    return DataLoader(pairs, batch_sampler=prepared.sampler, collate_fn=collator), None
+
+
+def resume(
+    accelerator: Accelerator, settings: TrainingSettings, run: NoTrainerRun, stream: StreamingTokenBatches | None
+) -> int:
+    """Restore the newest `checkpoint-N` of the run (weights, optimizer, schedule, random states, the stream's
+    position) and the log up to it; the number of updates done (0 for a new run)."""
+    output = settings.output_dir
+    checkpoints = list_checkpoints(output) if settings.resume and output.is_dir() else []
+    if not checkpoints:
+        return 0
+    checkpoint = checkpoints[-1]
+    accelerator.load_state(str(checkpoint))
+    updates = checkpoint_step(checkpoint)
+    if stream is not None:
+        stream.load_state_dict(json.loads((checkpoint / stream_state_name(accelerator)).read_text()))
+    if (output / LOG_FILE).is_file():
+        log = json.loads((output / LOG_FILE).read_text())
+        run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
+        run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
+    accelerator.print(f"resuming from {checkpoint}")
+    return updates
+
+
+def train_no_trainer(settings: TrainingSettings) -> NoTrainerRun:
+    """Train `settings.preset` into `settings.output_dir` with a hand-written `accelerate` loop; resume from the
+    newest `checkpoint-N` there when `settings.resume`. Launch it once per process (`accelerate launch`, `torchrun`).
+
+    Batches are token budgets of `preset.max_tokens` padded tokens per process (§5.1), `per_device_batch_size` pairs,
+    or a stream's; gradient accumulation reaches about `preset.tokens_per_update` tokens per update counted over all
+    processes unless `gradient_accumulation_steps` is given. Validation (greedy unless `eval_beams`) runs every
+    `preset.eval_steps` updates and at the end; checkpoints every `preset.save_steps` (the newest
+    `preset.average_last` are kept); the final weights go to `output_dir/final`, the log to `train_log.json`.
+    Checkpoints, `final/` and the log are written under other names and renamed when complete.
     """
-    # before the process group exists: every process refuses the same settings, none waits for another
-    source_lang, target_lang = corpus_languages(preset.corpus, source_lang, target_lang)
-    # left out, accelerate takes it from its launcher (which passes it on in this variable) or config
-    precision = mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"
-    run = RunSettings.for_corpus(
-        preset.corpus,
-        source_lang=source_lang,
-        target_lang=target_lang,
-        seed=seed,
-        precision="fp32" if precision == "no" else precision,
-        per_device_batch_size=per_device_batch_size,
-        max_grad_norm=max_grad_norm,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        train_samples=train_samples,
-        stream_buffer_pairs=stream_buffer_pairs if streaming else None,
-    )
-    check_settings(
-        preset,
-        output_dir,
-        resume=resume,
-        averages_checkpoints=False,  # the loop keeps its checkpoints and saves its last weights as they are
-        per_device_batch_size=per_device_batch_size,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        train_samples=train_samples,
-        eval_samples=eval_samples,
-        eval_beams=eval_beams,
-        eval_batch_size=eval_batch_size,
-        log_steps=log_steps,
-        max_grad_norm=max_grad_norm,
-        threads=threads,
-        mixed_precision=precision,
-        run=run,
-    )
-    if streaming:
-        check_streaming(preset.corpus, output_dir, tokenizer_path, per_device_batch_size, train_samples)
-    # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
-    check_run_folder(preset, output_dir, overwrite)
-    output = Path(output_dir)
+    start_run(settings, trainer=False)
+    preset, output = settings.preset, settings.output_dir
     accelerator = Accelerator(
         # without a GPU, accelerate forms a multi-process (gloo) group only when told it runs on the CPU
         cpu=not torch.cuda.is_available(),
-        mixed_precision=mixed_precision,
+        mixed_precision=settings.mixed_precision,  # None: accelerate's launcher or config decides
         # the paper's schedule counts updates, so the scheduler steps once per update, not once per process
         step_scheduler_with_optimizer=False,
         # pairs drawn by a sampler seeded from (seed, epoch) alone: the same permutation on every process and for any
         # number of processes, and again after a resume
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=settings.seed),
     )
-    if threads:
-        torch.set_num_threads(threads)
-    set_seed(seed)
+    set_seed(settings.seed)
     with run_lock(accelerator.state, output):  # one run at a time in a folder
         if accelerator.is_main_process:
             remove_stale_staging(output)  # checkpoints a killed run left half-written
-        prepared = prepare_run(
-            accelerator.state,
-            preset,
-            output,
-            run,
-            resume=resume,
-            tokenizer_path=tokenizer_path,
-            tokenizer_sample_pairs=tokenizer_sample_pairs,
-            per_device_batch_size=per_device_batch_size,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            train_samples=train_samples,
-            eval_samples=eval_samples,
-            streaming=streaming,
-        )
-        data, model, tokenizer = prepared.data, prepared.model, prepared.data.tokenizer
-        valid_set = model_columns(data.valid_set)  # the loaders read the token ids alone; the sampler the lengths
+        prepared = prepare_run(accelerator.state, settings)
+        model, tokenizer, accumulation = prepared.model, prepared.data.tokenizer, prepared.accumulation
         collator = Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
-        stream = None
-        if streaming:
-            # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)
-            stream = StreamingTokenBatches(
-                preset.corpus,
-                tokenizer,
-                "train",
-                source_lang,
-                target_lang,
-                max_tokens=preset.max_tokens,
-                max_length=preset.max_length,
-                buffer_pairs=stream_buffer_pairs,
-                seed=seed,
-                rank=accelerator.process_index,
-                world_size=accelerator.num_processes,
-                dataset_config=preset.dataset_config,
-            )
-            train_loader = DataLoader(stream, batch_size=None, collate_fn=collator)
-        elif per_device_batch_size:
-            # accelerate swaps the RandomSampler for its seedable one; every process takes its own batches of it
-            train_loader = DataLoader(
-                model_columns(data.train_set), batch_size=per_device_batch_size, shuffle=True, collate_fn=collator
-            )
-        else:
-            # accelerate shards a batch sampler by whole batches: process i takes batches i, i+N, ...; with
-            # `even_batches` (the default) the processes short of a batch at the end of an epoch repeat early ones
-            train_loader = DataLoader(
-                model_columns(data.train_set), batch_sampler=prepared.sampler, collate_fn=collator
-            )
-        accumulation = prepared.accumulation
+        train_loader, stream = training_batches(settings, prepared, collator, accelerator)
         accelerator.gradient_accumulation_steps = accumulation
-        valid_loader = DataLoader(valid_set, batch_size=eval_batch_size, collate_fn=collator)
-
+        valid_loader = DataLoader(
+            model_columns(prepared.data.valid_set), batch_size=settings.eval_batch_size, collate_fn=collator
+        )
         shard_tied_embeddings(accelerator, model)  # FSDP2 only; before the optimizer takes the parameters
         learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
         optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)
         scheduler = paper_schedule(optimizer, preset.warmup_steps)
         model, optimizer, valid_loader, scheduler = accelerator.prepare(model, optimizer, valid_loader, scheduler)
-        if not streaming:
+        if stream is None:
             train_loader = accelerator.prepare(train_loader)
-        batches = "an endless stream of" if streaming else len(train_loader)
+        batches = "an endless stream of" if stream is not None else len(train_loader)
         accelerator.print(
             f"{prepared.summary}; {batches} batches per process and epoch on {accelerator.num_processes} process(es); "
             f"{accumulation} batch(es) per process and update; peak learning rate {learning_rate:.2e} at step "
             f"{preset.warmup_steps}"
         )
-
+        parts = LoopParts(model, optimizer, scheduler, train_loader, valid_loader, tokenizer, prepared, stream)
         run = NoTrainerRun(output, output / "final")
-        updates = 0
-        checkpoint = list_checkpoints(output)[-1] if resume and output.is_dir() and list_checkpoints(output) else None
-        if checkpoint is not None:
-            accelerator.load_state(str(checkpoint))
-            updates = checkpoint_step(checkpoint)
-            if stream is not None:
-                stream.load_state_dict(json.loads((checkpoint / stream_state_name(accelerator)).read_text()))
-            if (output / LOG_FILE).is_file():
-                log = json.loads((output / LOG_FILE).read_text())
-                run.losses, run.grad_norms = log["losses"][:updates], log["grad_norms"][:updates]
-                run.evaluations = [e for e in log["evaluations"] if e["step"] <= updates]
-            accelerator.print(f"resuming from {checkpoint}")
-        # the last update of an epoch takes the batches left over, however few
-        # (a stream knows its own position, and its epochs have no length known in advance)
-        updates_per_epoch = math.inf if streaming else math.ceil(len(train_loader) / accumulation)
-        epoch, updates_in_epoch = (0, 0) if streaming else divmod(updates, updates_per_epoch)
-        smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
-
-        def write_log() -> None:
-            if accelerator.is_main_process:
-                log = {
-                    "losses": run.losses,
-                    "grad_norms": run.grad_norms,
-                    "evaluations": run.evaluations,
-                    "predictions": run.predictions,
-                }
-                write_text_atomic(output / LOG_FILE, json.dumps(log, indent=1) + "\n")
-
-        def validate() -> None:
-            hypotheses, references = evaluate_translations(accelerator, model, valid_loader, tokenizer, eval_beams)
-            scores = score_translations(hypotheses, references, lang=target_lang)
-            bleu, chrf = scores["bleu"]["score"], scores["chrf"]["score"]
-            run.evaluations.append({"step": updates, "bleu": bleu, "chrf": chrf, "n": len(hypotheses)})
-            run.predictions = hypotheses
-            accelerator.print(f"step {updates}: {run.evaluations[-1]}")
-            write_log()
-
+        updates = resume(accelerator, settings, run, stream)
         start = time.perf_counter()
-        model.train()
-        # the loss and target tokens summed over the micro-batches of this process since the last update
-        summed = torch.zeros(2, device=accelerator.device)
-        while updates < preset.max_steps:
-            # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
-            if not streaming:
-                train_loader.set_epoch(epoch)
-            if prepared.sampler is not None:
-                prepared.sampler.set_epoch(epoch)
-            loader = train_loader
-            if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
-                loader = accelerator.skip_first_batches(train_loader, updates_in_epoch * accumulation)
-                updates_in_epoch = 0
-            for batch in loader:
-                if streaming:  # a loader accelerate did not prepare: its batches are on the CPU
-                    batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
-                with accelerator.accumulate(model):
-                    labels = batch.pop("labels")
-                    # no key/value cache, which the model fills without labels: a recomputed layer (FSDP's
-                    # activation checkpointing) would find it full and save other tensors than the first time
-                    outputs = model(**batch, use_cache=False)
-                    # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
-                    loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
-                    accelerator.backward(loss)
-                    summed += torch.stack([loss.detach().float(), (labels != IGNORED_LABEL_ID).sum().float()])
-                    if accelerator.sync_gradients:
-                        loss_sum, target_tokens = accelerator.reduce(summed, reduction="sum").tolist()
-                        # DDP averaged the gradients over the processes and accelerator.backward divided them by the
-                        # accumulation steps: undo both and divide by the update's target tokens (fairseq's scheme)
-                        scale = accelerator.num_processes * accumulation / target_tokens
-                        for parameter in model.parameters():
-                            if parameter.grad is not None:
-                                parameter.grad.mul_(scale)
-                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
-                    optimizer.step()
-                    if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
-                        scheduler.step()
-                    optimizer.zero_grad()
-                if not accelerator.sync_gradients:
-                    continue
-                updates += 1
-                summed.zero_()
-                run.losses.append(loss_sum / target_tokens)
-                run.grad_norms.append(float(grad_norm))
-                if updates % log_steps == 0:
-                    accelerator.print(
-                        f"step {updates}: loss {run.losses[-1]:.4f}, grad norm {run.grad_norms[-1]:.3f}, "
-                        f"lr {scheduler.get_last_lr()[0]:.2e}, {target_tokens:.0f} target tokens"
-                    )
-                    write_log()
-                if updates % preset.eval_steps == 0 and updates < preset.max_steps:
-                    validate()
-                if updates % preset.save_steps == 0:
-                    folder = output / f"checkpoint-{updates}"
-                    save_checkpoint(accelerator, model, tokenizer, folder, preset.average_last, stream)
-                if updates >= preset.max_steps:
-                    break
-            epoch += 1
+        train_updates(accelerator, settings, parts, run, updates)
         run.train_seconds = time.perf_counter() - start
-
-        validate()
-        save_final_model(accelerator, model, tokenizer, run.final_dir)
+        validate(accelerator, parts, settings, run, preset.max_steps)
+        save_final_model(accelerator, model, tokenizer, run.final_dir, settings.command)
         accelerator.print(f"final model: {run.final_dir}")
         accelerator.end_training()
         return run
+
+
+def train_updates(
+    accelerator: Accelerator, settings: TrainingSettings, parts: LoopParts, run: NoTrainerRun, updates: int
+) -> None:
+    """Train from update `updates` (a resume skips the batches of its epoch the checkpoint has seen) to
+    `preset.max_steps`: each update the summed smoothed loss of `accumulation` micro-batches per process, divided by
+    the target tokens of all of them (fairseq's scheme), clipped if asked; log, validate and save at their steps."""
+    preset, model, accumulation = settings.preset, parts.model, parts.prepared.accumulation
+    streaming = parts.stream is not None
+    # the last update of an epoch takes the batches left over, however few
+    # (a stream knows its own position, and its epochs have no length known in advance)
+    updates_per_epoch = math.inf if streaming else math.ceil(len(parts.train_loader) / accumulation)
+    epoch, updates_in_epoch = (0, 0) if streaming else divmod(updates, updates_per_epoch)
+    smoothed_loss_sum = label_smoothed_loss(preset.label_smoothing)
+    model.train()
+    # the loss and target tokens summed over the micro-batches of this process since the last update
+    summed = torch.zeros(2, device=accelerator.device)
+    while updates < preset.max_steps:
+        # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
+        if not streaming:
+            parts.train_loader.set_epoch(epoch)
+        if parts.prepared.sampler is not None:
+            parts.prepared.sampler.set_epoch(epoch)
+        loader = parts.train_loader
+        if updates_in_epoch:  # resumed mid-epoch: skip the batches the checkpoint has already seen
+            loader = accelerator.skip_first_batches(parts.train_loader, updates_in_epoch * accumulation)
+            updates_in_epoch = 0
+        for batch in loader:
+            if streaming:  # a loader accelerate did not prepare: its batches are on the CPU
+                batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+            with accelerator.accumulate(model):
+                labels = batch.pop("labels")
+                # no key/value cache, which the model fills without labels: a recomputed layer (FSDP's activation
+                # checkpointing) would find it full and save other tensors than the first time
+                outputs = model(**batch, use_cache=False)
+                # summed, not averaged: the divisor is the target tokens of the whole update, known after all of it
+                loss = smoothed_loss_sum(outputs, labels, num_items_in_batch=1)
+                accelerator.backward(loss)
+                summed += torch.stack([loss.detach().float(), (labels != IGNORED_LABEL_ID).sum().float()])
+                if accelerator.sync_gradients:
+                    loss_sum, target_tokens = accelerator.reduce(summed, reduction="sum").tolist()
+                    # DDP averaged the gradients over the processes and accelerator.backward divided them by the
+                    # accumulation steps: undo both and divide by the update's target tokens (fairseq's scheme)
+                    scale = accelerator.num_processes * accumulation / target_tokens
+                    for parameter in model.parameters():
+                        if parameter.grad is not None:
+                            parameter.grad.mul_(scale)
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm or math.inf)
+                parts.optimizer.step()
+                if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+                    parts.scheduler.step()
+                parts.optimizer.zero_grad()
+            if not accelerator.sync_gradients:
+                continue
+            updates += 1
+            summed.zero_()
+            run.losses.append(loss_sum / target_tokens)
+            run.grad_norms.append(float(grad_norm))
+            if updates % settings.log_steps == 0:
+                accelerator.print(
+                    f"step {updates}: loss {run.losses[-1]:.4f}, grad norm {run.grad_norms[-1]:.3f}, "
+                    f"lr {parts.scheduler.get_last_lr()[0]:.2e}, {target_tokens:.0f} target tokens"
+                )
+                write_log(accelerator, settings.output_dir, run)
+            if updates % preset.eval_steps == 0 and updates < preset.max_steps:
+                validate(accelerator, parts, settings, run, updates)
+            if updates % preset.save_steps == 0:
+                folder = settings.output_dir / f"checkpoint-{updates}"
+                save_checkpoint(accelerator, model, parts.tokenizer, folder, preset.average_last, parts.stream)
+            if updates >= preset.max_steps:
+                break
+        epoch += 1

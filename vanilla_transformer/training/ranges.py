@@ -1,6 +1,6 @@
 """The range each number a user gives must lie in, written once (`Range`) and read in two places: the command line's
 `type=` checks (`vanilla_transformer.cli.arguments`, which refuse a flag as argparse parses it) and the training
-functions' own check of their arguments (`settings_check.check_settings`, for callers of the Python API).
+run object's own check (`settings.TrainingSettings.check`, for callers of the Python API).
 `TRAINING_RANGES` holds the rules of every numeric training setting, preset fields and training options alike."""
 
 import math

@@ -15,7 +15,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from ..data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
-from ..data.corpora import corpus_languages, corpus_location, load_corpus
+from ..data.corpora import corpus_location, load_corpus
 from ..data.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
 from ..data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
 from ..errors import OutputError, SettingsError
@@ -25,15 +25,11 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForConditiona
 from .checkpoints import average_checkpoints, last_complete_checkpoint
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
-from .presets import RunSettings, TrainingPreset, record_run_preset
-from .settings_check import check_settings, check_tokenized
+from .presets import TrainingPreset
+from .settings import TrainingSettings, check_record, check_tokenized
 from .trainer import VanillaTransformerTrainer
 
 logger = logging.getLogger(__name__)
-
-# corpora with more pairs than this learn their BPE from a seeded sample of this many (`tokenizer_sample`): WMT14
-# En-De's 4.5M pairs would hold ~9M sentences in the BPE trainer's word counts, for merges that a million pairs fix
-TOKENIZER_SAMPLE_PAIRS = 1_000_000
 
 
 @dataclass
@@ -46,40 +42,30 @@ class TrainingRun:
     train_seconds: float
 
 
-def build_tokenizer(
-    preset: TrainingPreset,
-    train_corpus: Dataset | None,
-    source_lang: str,
-    target_lang: str,
-    output_dir: Path,
-    tokenizer_path: str | Path | None = None,
-    sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
-) -> PreTrainedTokenizerBase:
+def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset | None) -> PreTrainedTokenizerBase:
     """The run's tokenizer, kept in `output_dir/tokenizer` so that a resumed run keeps its vocabulary: the one there,
-    else a copy of `tokenizer_path`, else the joint BPE learned from both sides of the training corpus, or of a
-    seeded sample of `sample_pairs` pairs when the corpus has more (`tokenizer_sample`). A `tokenizer_path` other than
-    the run's own tokenizer is refused."""
-    folder = output_dir / "tokenizer"
+    else a copy of `settings.tokenizer_path`, else the joint BPE learned from both sides of the training corpus, or
+    of a seeded sample of `settings.tokenizer_sample_pairs` pairs when the corpus has more (`tokenizer_sample`). A
+    `tokenizer_path` other than the run's own tokenizer is refused."""
+    folder, given = settings.output_dir / "tokenizer", settings.tokenizer_path
     if (folder / "tokenizer.json").is_file():
         tokenizer = load_tokenizer(folder)
-        if tokenizer_path is not None:
-            given = load_tokenizer(tokenizer_path)
-            if tokenizer_fingerprint(given) != tokenizer_fingerprint(tokenizer):
-                raise SettingsError(
-                    f"--tokenizer {tokenizer_path} is not the tokenizer the run in {output_dir} was started with "
-                    f"({folder}); drop --tokenizer to resume it, or start a new run in another --output-dir."
-                )
+        if given is not None and tokenizer_fingerprint(load_tokenizer(given)) != tokenizer_fingerprint(tokenizer):
+            raise SettingsError(
+                f"--tokenizer {given} is not the tokenizer the run in {settings.output_dir} was started with "
+                f"({folder}); drop --tokenizer to resume it, or start a new run in another --output-dir."
+            )
         return tokenizer
-    if tokenizer_path is not None:
-        tokenizer = load_tokenizer(tokenizer_path)
-    elif train_corpus is None:  # a streamed run (`settings_check.check_streaming` refuses it first, with the fix)
+    if given is not None:
+        tokenizer = load_tokenizer(given)
+    elif train_corpus is None:  # a streamed run (`TrainingSettings.check` refuses it first, with the fix)
         raise SettingsError("no training corpus to learn a BPE from, and no --tokenizer given.")
     else:
-        sample = tokenizer_sample(train_corpus, sample_pairs)
+        sample = tokenizer_sample(train_corpus, settings.tokenizer_sample_pairs)
         tokenizer = train_joint_bpe(
-            chain(side_texts(sample, source_lang), side_texts(sample, target_lang)),
-            vocab_size=preset.vocab_size,
-            lowercase=preset.lowercase,
+            chain(side_texts(sample, settings.source_lang), side_texts(sample, settings.target_lang)),
+            vocab_size=settings.preset.vocab_size,
+            lowercase=settings.preset.lowercase,
         )
     # a run killed while saving leaves no half-written tokenizer to reuse; the run's own folder: replaced freely
     with staged_folder(folder, "tokenizer", "train", overwrite=True) as staging:
@@ -103,17 +89,18 @@ def side_texts(corpus: Dataset, lang: str, batch_rows: int = 10_000) -> Iterator
         yield from (pair[lang] for pair in batch["translation"])
 
 
-def check_run_folder(preset: TrainingPreset, output_dir: str | Path, overwrite: bool = False) -> None:
+def check_run_folder(settings: TrainingSettings) -> None:
     """Refuse, before anything is read, an `output_dir` that is, holds or lies inside the corpus files, and a
-    non-empty folder that is not a run of ours unless `overwrite`: a run resumes in its own folder, and starts in a
-    new or empty one. A run's marker is its `preset.json` (`presets.record_run_preset` writes it first), its
+    non-empty folder that is not a run of ours unless `settings.overwrite`: a run resumes in its own folder, and
+    starts in a new or empty one. A run's marker is its `preset.json` (`settings.check_record` writes it first), its
     `tokenizer/tokenizer.json` (a run copied or recorded without its preset), or a `training-run` marker
-    (`outputs.check_output_folder`). A file is left to `check_settings`."""
-    output = Path(output_dir)
-    check_not_an_input(output, [("the corpus", corpus_location(preset.corpus))])
+    (`outputs.check_output_folder`). A file is left to `TrainingSettings.check`."""
+    output = settings.output_dir
+    check_not_an_input(output, [("the corpus", corpus_location(settings.preset.corpus))])
     if output.exists() and not output.is_dir():
         return
     recognised = ("preset.json", "tokenizer/tokenizer.json")
+    overwrite = settings.overwrite
     if check_output_folder(output, "training-run", overwrite, recognised_by=recognised, overwrite_does="train there"):
         logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", output)
 
@@ -155,50 +142,34 @@ class RunData:
         return int(sum(lengths.sum() for lengths in dataset_lengths(self.train_set)))
 
 
-def prepare_run_data(
-    state: PartialState,
-    preset: TrainingPreset,
-    source_lang: str,
-    target_lang: str,
-    output_dir: Path,
-    tokenizer_path: str | Path | None = None,
-    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
-    train_samples: int | None = None,
-    eval_samples: int | None = None,
-    streaming: bool = False,
-) -> RunData:
+def prepare_run_data(state: PartialState, settings: TrainingSettings) -> RunData:
     """The tokenizer (`build_tokenizer`, from the whole training corpus) and the tokenized pairs (the first
     `train_samples`/`eval_samples` if given), the main process first: it fills the `datasets` cache, saves the
     tokenizer and writes the tokenized corpora into their cache (`tokenized_cache_root`) before the others open the
-    same files. With `streaming` the training pairs are left to the loop (`train_set` and `train_report` are None).
+    same files. A streamed run's training pairs are left to the loop (`train_set` and `train_report` are None).
 
     Unlike `state.main_process_first()`, an error in the main process's turn (a split the corpus lacks, an unreadable
     file) still lets the others past the barrier, where they meet the same error themselves, instead of leaving them
     waiting for a peer that is gone until the process group times out."""
+    preset, languages = settings.preset, (settings.source_lang, settings.target_lang)
     if not state.is_main_process:
         state.wait_for_everyone()
     try:
         # a streamed run reads its training pairs as it trains (`data.streaming`), with a tokenizer it was given
         train_corpus = (
-            None if streaming else load_corpus(preset.corpus, "train", source_lang, target_lang, preset.dataset_config)
+            None if settings.streaming else load_corpus(preset.corpus, "train", *languages, preset.dataset_config)
         )
-        valid_corpus = load_corpus(preset.corpus, preset.valid_split, source_lang, target_lang, preset.dataset_config)
-        tokenizer = build_tokenizer(
-            preset, train_corpus, source_lang, target_lang, output_dir, tokenizer_path, tokenizer_sample_pairs
-        )
-        if train_samples and train_corpus is not None:
-            train_corpus = train_corpus.select(range(min(train_samples, len(train_corpus))))
-        if eval_samples:
-            valid_corpus = valid_corpus.select(range(min(eval_samples, len(valid_corpus))))
+        valid_corpus = load_corpus(preset.corpus, preset.valid_split, *languages, preset.dataset_config)
+        tokenizer = build_tokenizer(settings, train_corpus)
+        if settings.train_samples and train_corpus is not None:
+            train_corpus = train_corpus.select(range(min(settings.train_samples, len(train_corpus))))
+        if settings.eval_samples:
+            valid_corpus = valid_corpus.select(range(min(settings.eval_samples, len(valid_corpus))))
         cache = tokenized_cache_root()
         train_set, train_report = None, None
         if train_corpus is not None:
-            train_set, train_report = tokenize_pairs(
-                train_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
-            )
-        valid_set, valid_report = tokenize_pairs(
-            valid_corpus, tokenizer, source_lang, target_lang, preset.max_length, cache
-        )
+            train_set, train_report = tokenize_pairs(train_corpus, tokenizer, *languages, preset.max_length, cache)
+        valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, *languages, preset.max_length, cache)
     finally:
         if state.is_main_process:
             state.wait_for_everyone()
@@ -231,226 +202,146 @@ class PreparedRun:
     summary: str  # the parameters, pairs, tokens and batches, for the run's first lines
 
 
-def prepare_run(
-    state: PartialState,
-    preset: TrainingPreset,
-    output: Path,
-    run: RunSettings,
-    *,
-    resume: bool,
-    tokenizer_path: str | Path | None,
-    tokenizer_sample_pairs: int | None,
-    per_device_batch_size: int | None = None,
-    gradient_accumulation_steps: int | None = None,
-    train_samples: int | None = None,
-    eval_samples: int | None = None,
-    streaming: bool = False,
-) -> PreparedRun:
-    """The run's setup, on every process and under the run's lock (`run_lock`), for both training paths: the record
-    of what it trains with (`record_run_preset`, checked again now that no other run can start in the folder, and
-    written by the main process), the tokenizer and tokenized pairs (`prepare_run_data`), the settings the data
-    refuses (`check_tokenized`; a stream's pairs are checked as they are read), the model, and its batches: token
-    budgets of `preset.max_tokens` (the sampler, built once here), `per_device_batch_size` pairs, or a stream, with
-    `gradient_accumulation_steps` or else the accumulation that reaches `preset.tokens_per_update` counted over all
-    processes."""
-    record_run_preset(output, preset, resume, write=state.is_main_process, run=run)
-    data = prepare_run_data(
-        state,
-        preset,
-        run.source_lang,
-        run.target_lang,
-        output,
-        tokenizer_path,
-        tokenizer_sample_pairs,
-        train_samples=train_samples,
-        eval_samples=eval_samples,
-        streaming=streaming,
-    )
+def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
+    """The run's setup, on every process and under the run's lock (`run_lock`), for both training paths, in the
+    order the data flows: the record of what it trains with (`check_record`, checked again now that no other run
+    can start in the folder, and written by the main process), the tokenizer and tokenized pairs
+    (`prepare_run_data`), the settings the data refuses (`check_tokenized`; a stream's pairs are checked as they are
+    read), the model, and its batches: token budgets of `preset.max_tokens` (the sampler, built once here),
+    `per_device_batch_size` pairs, or a stream, with `gradient_accumulation_steps` or else the accumulation that
+    reaches `preset.tokens_per_update` counted over all processes."""
+    preset = settings.preset
+    check_record(settings, write=state.is_main_process)
+    data = prepare_run_data(state, settings)
     state.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
-    if not streaming:
-        check_tokenized(
-            preset, data.train_set, data.train_report, data.valid_report, token_batches=not per_device_batch_size
-        )
+    if not settings.streaming:
+        check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
     model = build_model(preset, data.tokenizer)
     sampler = None
-    if streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
+    if settings.streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
         tokens_per_batch, pairs = preset.max_tokens, "a stream of pairs"
     else:
         tokens = data.train_tokens()
         pairs = f"{len(data.train_set)} pairs, {tokens:,} tokens"
-        if per_device_batch_size:
-            tokens_per_batch = per_device_batch_size * tokens / len(data.train_set)
-            pairs += f" in batches of {per_device_batch_size} pairs"
+        if settings.per_device_batch_size:
+            tokens_per_batch = settings.per_device_batch_size * tokens / len(data.train_set)
+            pairs += f" in batches of {settings.per_device_batch_size} pairs"
         else:
-            sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=run.seed)
+            sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=settings.seed)
             tokens_per_batch = sampler.tokens_per_batch()
             pairs += (
                 f" in {len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on "
                 f"average, padding {sampler.padding_share():.1%})"
             )
-    accumulation = gradient_accumulation_steps or accumulation_steps(
+    accumulation = settings.gradient_accumulation_steps or accumulation_steps(
         preset.tokens_per_update, tokens_per_batch * state.num_processes
     )
     summary = f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}"
     return PreparedRun(data, model, sampler, accumulation, summary)
 
 
-def train(
-    preset: TrainingPreset,
-    output_dir: str | Path,
-    source_lang: str | None = None,
-    target_lang: str | None = None,
-    seed: int = 0,
-    resume: bool = True,
-    eval_beams: int = 1,
-    eval_samples: int | None = None,
-    report_to: str = "tensorboard",
-    log_steps: int = 50,
-    progress: bool = True,
-    threads: int | None = None,
-    per_device_batch_size: int | None = None,
-    max_grad_norm: float = 0.0,
-    bf16: bool = False,
-    fp16: bool = False,
-    overwrite: bool = False,
-    command: str = "train",
-    tokenizer_path: str | Path | None = None,
-    tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS,
-) -> TrainingRun:
-    """Train `preset` into `output_dir` (checkpoints, TensorBoard logs under `runs/`, `tokenizer/`), resuming from
-    its newest checkpoint when `resume`; average the last `preset.average_last` checkpoints into `output_dir/final`.
-    A folder that holds a run trained with other settings is refused (`presets.record_run_preset`), and so are
-    settings that cannot finish, before the corpus is loaded or, for those that depend on the data, right after it is
-    tokenized (`settings_check`): averaging more checkpoints than the run leaves, a pair that fits no batch, and more.
+def start_run(settings: TrainingSettings, *, trainer: bool) -> None:
+    """What both training paths do before the process group exists, so that every process refuses the same
+    settings and none waits for another: check the settings (`TrainingSettings.check`), then the folder (a run of
+    ours resumes, anything else needs `overwrite`), then set the thread count and the seed."""
+    settings.check(trainer=trainer)
+    check_run_folder(settings)
+    settings.output_dir.mkdir(parents=True, exist_ok=True)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
 
-    Validation during training decodes with `eval_beams` beams (greedy by default: the paper's beam 4 is for the
-    final model), on the first `eval_samples` valid pairs if given.
+
+def train(settings: TrainingSettings) -> TrainingRun:
+    """Train `settings.preset` into `settings.output_dir` on `Seq2SeqTrainer` (checkpoints, TensorBoard logs under
+    `runs/`, `tokenizer/`), resuming from its newest checkpoint when `settings.resume`; average the last
+    `preset.average_last` checkpoints into `output_dir/final`, marked as written by `vanilla-transformer <command>`.
+    Settings that cannot finish, and a folder that holds a run trained with other settings, are refused before the
+    corpus is loaded or, for those that depend on the data, right after it is tokenized (`settings`).
 
     Under N processes (`accelerate launch`, `torchrun`) every process runs this function; the loss is divided by the
-    target tokens of all of them, and accumulation reaches `preset.tokens_per_update` counted over all of them.
-    `per_device_batch_size` replaces the token batches by batches of that many pairs (the Trainer's own sampler);
-    `max_grad_norm=0` clips nothing, as the paper; `bf16`/`fp16` train in mixed precision.
-
-    `output_dir` must be new, empty, or a run of ours (`check_run_folder`; anything else only with `overwrite`);
-    `final/` is written beside its place and replaces the old one whole, marked as written by `vanilla-transformer
-    <command>`.
-
-    The corpus is tokenized once into the tokenized-corpus cache (`data.tokenized`) and memory-mapped: a resume, or
-    a new run with the same corpus and tokenizer, opens it instead. `tokenizer_path` (a folder or Hub id) is used
-    instead of learning a BPE; else the BPE learns from at most `tokenizer_sample_pairs` pairs (`tokenizer_sample`).
+    target tokens of all of them, and accumulation reaches `preset.tokens_per_update` counted over all of them. The
+    corpus is tokenized once into the tokenized-corpus cache (`data.tokenized`) and memory-mapped: a resume, or a new
+    run with the same corpus and tokenizer, opens it instead.
     """
-    # before the process group exists: every process refuses the same settings, none waits for another
-    source_lang, target_lang = corpus_languages(preset.corpus, source_lang, target_lang)
-    precision = "bf16" if bf16 else "fp16" if fp16 else "fp32"
-    run = RunSettings.for_corpus(
-        preset.corpus,
-        source_lang=source_lang,
-        target_lang=target_lang,
-        seed=seed,
-        precision=precision,
-        per_device_batch_size=per_device_batch_size,
-        max_grad_norm=max_grad_norm,
-    )
-    check_settings(
-        preset,
-        output_dir,
-        resume=resume,
-        averages_checkpoints=True,
-        per_device_batch_size=per_device_batch_size,
-        eval_samples=eval_samples,
-        eval_beams=eval_beams,
-        log_steps=log_steps,
-        max_grad_norm=max_grad_norm,
-        threads=threads,
-        mixed_precision=precision,
-        run=run,
-    )
-    # then the folder: a run of ours resumes (its settings checked above), anything else needs `overwrite`
-    check_run_folder(preset, output_dir, overwrite)
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    if threads:
-        torch.set_num_threads(threads)
-    torch.manual_seed(seed)
+    start_run(settings, trainer=True)
+    preset, output = settings.preset, settings.output_dir
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
     with run_lock(state, output):  # one run at a time in a folder
-        prepared = prepare_run(
-            state,
-            preset,
-            output,
-            run,
-            resume=resume,
-            tokenizer_path=tokenizer_path,
-            tokenizer_sample_pairs=tokenizer_sample_pairs,
-            per_device_batch_size=per_device_batch_size,
-            eval_samples=eval_samples,
-        )
-        model, tokenizer, accumulation = prepared.model, prepared.data.tokenizer, prepared.accumulation
-        args = Seq2SeqTrainingArguments(
-            output_dir=str(output),
-            report_to=[report_to] if report_to != "none" else [],
-            max_steps=preset.max_steps,
-            per_device_eval_batch_size=128,
-            gradient_accumulation_steps=accumulation,
-            learning_rate=peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor),
-            # with weight_decay=0, AdamW is the paper's Adam; the fused kernel (transformers' own default on
-            # torch >= 2.8) takes a base model's Adam step from 120 to 26 ms on 2 CPU threads (docs/speed.md)
-            optim="adamw_torch_fused",
-            adam_beta1=ADAM_BETAS[0],
-            adam_beta2=ADAM_BETAS[1],
-            adam_epsilon=ADAM_EPSILON,
-            weight_decay=0.0,
-            max_grad_norm=max_grad_norm,  # 0: the paper clips nothing
-            # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
-            # loss by the process count, which DDP's gradient averaging cancels)
-            average_tokens_across_devices=True,
-            per_device_train_batch_size=per_device_batch_size or 8,  # the Trainer's default; token batches ignore it
-            bf16=bf16,
-            fp16=fp16,
-            logging_steps=log_steps,
-            eval_strategy="steps",
-            eval_steps=preset.eval_steps,
-            save_strategy="steps",
-            save_steps=preset.save_steps,
-            save_total_limit=max(preset.average_last, 1),
-            predict_with_generate=True,
-            generation_num_beams=eval_beams,
-            generation_max_length=preset.max_length + 50,
-            seed=seed,
-            disable_tqdm=not progress,
-            use_cpu=not torch.cuda.is_available(),
-        )
+        prepared = prepare_run(state, settings)
+        model, tokenizer = prepared.model, prepared.data.tokenizer
         trainer = VanillaTransformerTrainer(
             model=model,
-            args=args,
+            args=trainer_arguments(settings, prepared),
             train_dataset=prepared.data.train_set,  # the length columns feed the sampler; the loaders drop them
             eval_dataset=prepared.data.valid_set,
             data_collator=Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=-100),
             processing_class=tokenizer,
-            compute_metrics=compute_metrics_for_trainer(tokenizer, target_lang),
+            compute_metrics=compute_metrics_for_trainer(tokenizer, settings.target_lang),
             compute_loss_func=label_smoothed_loss(preset.label_smoothing),
-            max_tokens=None if per_device_batch_size else preset.max_tokens,
+            max_tokens=None if settings.per_device_batch_size else preset.max_tokens,
             warmup_steps=preset.warmup_steps,
-            batching_seed=seed,
+            batching_seed=settings.seed,
             batch_sampler=prepared.sampler,  # the one the accumulation was sized with
         )
         check_trainer_fsdp(trainer.accelerator)  # before training: checkpoints that resume and average
         shard_tied_embeddings(trainer.accelerator, model)  # FSDP2 only
         state.print(
-            f"{prepared.summary}; {accumulation} batch(es) per process and update; peak learning rate "
-            f"{args.learning_rate:.2e} at step {preset.warmup_steps}"
+            f"{prepared.summary}; {prepared.accumulation} batch(es) per process and update; peak learning rate "
+            f"{trainer.args.learning_rate:.2e} at step {preset.warmup_steps}"
         )
 
         # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
-        checkpoint = last_complete_checkpoint(output) if resume else None
+        checkpoint = last_complete_checkpoint(output) if settings.resume else None
         if checkpoint:
             print(f"resuming from {checkpoint}")
         result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         final = output / "final"
         if trainer.is_world_process_zero():
             # the run's own final/ (a folder inside the run, which this function owns): replaced whole
-            averaged = average_checkpoints(output, final, preset.average_last, overwrite=True, command=command)
+            averaged = average_checkpoints(output, final, preset.average_last, overwrite=True, command=settings.command)
             print(f"averaged {[p.name for p in averaged]} into {final}")
         trainer.accelerator.wait_for_everyone()
         return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))
+
+
+def trainer_arguments(settings: TrainingSettings, prepared: PreparedRun) -> Seq2SeqTrainingArguments:
+    """The `Seq2SeqTrainingArguments` of the paper's recipe (§5.3 Adam, no weight decay, no clipping unless asked)
+    for `settings`, with the accumulation `prepare_run` sized."""
+    preset = settings.preset
+    return Seq2SeqTrainingArguments(
+        output_dir=str(settings.output_dir),
+        report_to=[settings.report_to] if settings.report_to != "none" else [],
+        max_steps=preset.max_steps,
+        per_device_eval_batch_size=settings.eval_batch_size,
+        gradient_accumulation_steps=prepared.accumulation,
+        learning_rate=peak_learning_rate(prepared.model.config.d_model, preset.warmup_steps, preset.lr_factor),
+        # with weight_decay=0, AdamW is the paper's Adam; the fused kernel (transformers' own default on
+        # torch >= 2.8) takes a base model's Adam step from 120 to 26 ms on 2 CPU threads (docs/speed.md)
+        optim="adamw_torch_fused",
+        adam_beta1=ADAM_BETAS[0],
+        adam_beta2=ADAM_BETAS[1],
+        adam_epsilon=ADAM_EPSILON,
+        weight_decay=0.0,
+        max_grad_norm=settings.max_grad_norm,  # 0: the paper clips nothing
+        # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
+        # loss by the process count, which DDP's gradient averaging cancels)
+        average_tokens_across_devices=True,
+        # the Trainer's default; token batches ignore it
+        per_device_train_batch_size=settings.per_device_batch_size or 8,
+        bf16=settings.precision == "bf16",
+        fp16=settings.precision == "fp16",
+        logging_steps=settings.log_steps,
+        eval_strategy="steps",
+        eval_steps=preset.eval_steps,
+        save_strategy="steps",
+        save_steps=preset.save_steps,
+        save_total_limit=max(preset.average_last, 1),
+        predict_with_generate=True,
+        generation_num_beams=settings.eval_beams,
+        generation_max_length=preset.max_length + 50,
+        seed=settings.seed,
+        disable_tqdm=not settings.progress,
+        use_cpu=not torch.cuda.is_available(),
+    )
