@@ -39,7 +39,7 @@ from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
 from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.errors import SettingsError
-from vanilla_transformer.files.loading import CODE_FILES
+from vanilla_transformer.release.folder_checks import CODE_FILES
 from vanilla_transformer.training.fsdp import check_trainer_fsdp, tied_modules
 
 # processes or training runs: with RUN_SLOW=1 (CI)

@@ -31,8 +31,9 @@ from vanilla_transformer.cli.main import main as cli_main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.errors import FolderNotReadyError, HubPushError
-from vanilla_transformer.files.loading import CODE_FILES, validate_folder, write_checksums
+from vanilla_transformer.files.loading import write_checksums
 from vanilla_transformer.inference.evaluation import compute_metrics_for_trainer
+from vanilla_transformer.release.folder_checks import CODE_FILES, validate_folder
 from vanilla_transformer.release.hub import check_repo_id, plan_push, push_folder
 from vanilla_transformer.release.model_card import card_for_folder, render_model_card, training_hyperparameters
 from vanilla_transformer.release.remote_code import _BLOCK_PACKAGE, translate_without_package

@@ -30,12 +30,12 @@ from vanilla_transformer.errors import ModelFolderError
 from vanilla_transformer.files.loading import (
     bad_values,
     download_model,
-    find_pickles,
     load_model_and_tokenizer,
     write_checksums,
 )
 from vanilla_transformer.inference.evaluation import evaluate_model_on_split
 from vanilla_transformer.inference.translation import translate
+from vanilla_transformer.release.folder_checks import find_pickles
 from vanilla_transformer.training.checkpoints import average_checkpoints
 from vanilla_transformer.training.presets import TRAINING_PRESETS
 from vanilla_transformer.training.run import build_model

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 
-from vanilla_transformer.files.loading import validate_folder
+from vanilla_transformer.release.folder_checks import validate_folder
 from vanilla_transformer.release.model_card import DATA_TERMS, card_for_folder, render_model_card
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     sinusoidal_position_encoding,
 )
-from vanilla_transformer.files.loading import CODE_FILES
 from vanilla_transformer.model.generation_vanilla_transformer import CACHE_OUTPUT_NAME
+from vanilla_transformer.release.folder_checks import CODE_FILES
 from vanilla_transformer.release.remote_code import generate_without_package
 
 ROOT = Path(__file__).resolve().parents[1]

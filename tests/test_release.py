@@ -17,7 +17,6 @@ from vanilla_transformer.cli.main import build_parser, main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint, train_joint_bpe
-from vanilla_transformer.files.loading import CODE_FILES
 from vanilla_transformer.inference.evaluation import score_translations
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.release.build import (
@@ -27,6 +26,7 @@ from vanilla_transformer.release.build import (
     train_command,
     write_release,
 )
+from vanilla_transformer.release.folder_checks import CODE_FILES
 from vanilla_transformer.release.model_card import card_for_folder
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.settings import TrainingSettings, read_run_preset, run_flags
@@ -99,8 +99,8 @@ def test_fifty_tatoeba_test_sentences_score_as_the_en_zh_card_says(tatoeba):
 
 
 def test_write_release_renders_its_card_from_the_template(tmp_path, monkeypatch):
-    from vanilla_transformer.files.loading import validate_folder
     from vanilla_transformer.release.build import write_release
+    from vanilla_transformer.release.folder_checks import validate_folder
 
     def scores(bleu: float, chrf: float, tokenized: float | None) -> dict:
         result = {"bleu": {"score": bleu, "signature": "nrefs:1|sig"}, "chrf": {"score": chrf}}

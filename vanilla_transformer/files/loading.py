@@ -1,5 +1,4 @@
-"""Loading a saved model folder, and every check on saved folders (config, weights, tokenizer, checksums, readiness
-for the Hub).
+"""Loading a saved model folder, and every check on one (config, weights, tokenizer, checksums).
 
 Writing: `write_checksums` stores the SHA-256 of each safetensors file beside it as `<file>.sha256` (`sha256sum -c`
 reads it), so that a flipped bit in tensor data, which the safetensors format cannot see, is found later.
@@ -17,26 +16,19 @@ with `use_safetensors=True`, and refuses a tokenizer that is not the model's: on
 `tokenizer_fingerprint` recorded in config.json by training, or, in folders that predate it, one whose ids do not fit
 the model. The translate, evaluate, average and plot commands load through it.
 
-Before a push (`hub.plan_push`): `validate_folder` lists every reason a folder would not make a complete, safe model
-repo (config.json and its auto_map, the code files `CODE_FILES`, the weights, tokenizer, generation config, the
-card's metadata), and `find_pickles` finds a pickle anywhere under it, by name or by content.
+Whether a folder is ready for the Hub is `release/folder_checks.py`'s question, asked with these checks.
 """
 
-import ast
 import hashlib
 import json
 import re
-import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from huggingface_hub import ModelCard
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoModelForSeq2SeqLM,
-    AutoTokenizer,
-    GenerationConfig,
     PreTrainedConfig,
     PreTrainedModel,
 )
@@ -47,8 +39,6 @@ from ..data.tokenization import load_tokenizer, tokenizer_fingerprint
 from ..errors import ModelFolderError
 from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
 
-# the check the model itself runs on its weights after from_pretrained, so that a folder and a load agree
-
 CHECKSUM_SUFFIX = ".sha256"
 # what `export-ctranslate2` writes beside CTranslate2's own files (`ctranslate2_engine`): the mark of an export
 EXPORT_INFO = "export_info.json"
@@ -56,7 +46,8 @@ EXPORT_INFO = "export_info.json"
 # (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
 REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
 # names under which PyTorch/NumPy/joblib write pickles (torch.save, joblib.dump, np.save of objects); loading one can
-# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one (`find_pickles`)
+# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one
+# (`release.folder_checks.find_pickles`)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
 # the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -316,7 +307,7 @@ def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json
 def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
     """Every reason the weights of `folder` cannot be this model's (an empty list when they can). This is the one
     check of a folder's weights: loading (`check_model_folder`, for a folder here or a Hub download), pushing
-    (`validate_folder`) and averaging (`checkpoints.average_checkpoints`) all call it.
+    (`release.folder_checks.validate_folder`) and averaging (`checkpoints.average_checkpoints`) all call it.
 
     In three stages, each only when the one before found nothing: the files (`weight_files`: safetensors, never
     pickles; each complete and matching its `.sha256`, `check_safetensors_file`); the tensors' names and shapes
@@ -501,195 +492,3 @@ def load_model_and_tokenizer(
     if device is not None:
         model.to(device)
     return model.eval(), tokenizer
-
-
-# -- is a folder ready for the Hub ----------------------------------------------------------------------------------
-# What `hub.plan_push` checks before anything is sent: the folder as a model repo (config, auto_map and code files,
-# weights that load, tokenizer, generation config, card metadata), and no pickle anywhere under it.
-
-# the remote code a folder carries for `trust_remote_code=True`, and the Auto classes its config.json's auto_map names
-CODE_FILES = (
-    "configuration_vanilla_transformer.py",
-    "generation_vanilla_transformer.py",
-    "modeling_vanilla_transformer.py",
-)
-AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM")
-
-
-def _defined_classes(path: Path) -> set[str]:
-    return {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
-
-
-def _imported_packages(path: Path) -> set[str]:
-    """Top-level packages a file imports absolutely (relative `from .x import` stays inside the repo)."""
-    packages = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            packages.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            packages.add(node.module.split(".")[0])
-    return packages
-
-
-def _check_code(folder: Path, config: dict) -> list[str]:
-    """The code files are there, import nothing a downloader lacks, and define what config.json's auto_map names."""
-    problems = []
-    for name in CODE_FILES:
-        code = folder / name
-        if not code.is_file():
-            problems.append(
-                f"{name} is missing: without it `trust_remote_code=True` cannot load the model; save with "
-                f"`import vanilla_transformer` done first (it registers the classes for remote code)."
-            )
-        elif "vanilla_transformer" in _imported_packages(code):
-            problems.append(f"{name} imports the vanilla_transformer package, which a downloader does not have.")
-    auto_map = config.get("auto_map") or {}
-    for auto_class in AUTO_CLASSES:
-        reference = auto_map.get(auto_class)
-        if reference is None:
-            problems.append(
-                f"config.json's auto_map has no {auto_class} entry (it has {sorted(auto_map)}): save with "
-                f"`import vanilla_transformer` done first, which registers all three Auto classes."
-            )
-            continue
-        module, _, class_name = reference.rpartition(".")
-        code = folder / f"{module}.py"
-        if code.is_file() and class_name not in _defined_classes(code):
-            problems.append(f"config.json's auto_map names {reference}, but {code.name} defines no {class_name}.")
-        elif not code.is_file() and f"{module}.py" not in CODE_FILES:
-            problems.append(f"config.json's auto_map names {reference}, but {module}.py is not in the folder.")
-    return problems
-
-
-def _check_tokenizer(folder: Path, config: dict) -> list[str]:
-    """The tokenizer files are there, load, and fit the model (`check_tokenizer_fits_model`)."""
-    try:
-        check_tokenizer_files(folder)
-    except ModelFolderError as error:
-        return [str(error)]
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except Exception as error:  # noqa: BLE001
-        return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
-    try:
-        check_tokenizer_fits_model(tokenizer, VanillaTransformerConfig.from_dict(config), str(folder))
-    except ModelFolderError as error:
-        return [str(error)]
-    except CONFIG_ERRORS:
-        pass  # a config.json that describes no model is named once, by `weights_problems`
-    return []
-
-
-def _check_card(folder: Path) -> list[str]:
-    path = folder / "README.md"
-    if not path.is_file():
-        return [
-            "README.md (the model card) is missing and no training record (results.json, or the run's "
-            "trainer_state.json and preset.json) was found to render one from the card template: write one or "
-            "release the run with `vanilla-transformer release` (scripts/release.py)."
-        ]
-    try:
-        data = ModelCard.load(path).data
-    except Exception as error:  # noqa: BLE001
-        return [f"README.md's YAML metadata does not parse: {error}"]
-    problems = []
-    for field, example in (("license", "apache-2.0"), ("language", "[en, de]")):
-        if not getattr(data, field, None):
-            problems.append(f"README.md's metadata has no `{field}` (e.g. `{field}: {example}`).")
-    if not data.eval_results:
-        problems.append("README.md's metadata has no `model-index` results: add the measured scores.")
-    return problems
-
-
-def _resolves_inside(path: Path, root: Path) -> bool:
-    """Whether `path`, its links followed, lies under `root` (a resolved folder); a link loop counts as outside."""
-    try:
-        return path.resolve().is_relative_to(root)
-    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11, 3.12)
-        return False
-
-
-def _is_pickle(path: Path, *, read: bool = True) -> bool:
-    if path.name.endswith(PICKLE_SUFFIXES):
-        return True
-    if not read or path.suffix == ".safetensors":  # a safetensors header length is checked by loading it instead
-        return False
-    with open(path, "rb") as handle:
-        head = handle.read(2)
-    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # the PROTO opcode of pickle protocols 2-5
-        return True
-    if zipfile.is_zipfile(path):  # torch.save's format: a zip archive holding data.pkl
-        with zipfile.ZipFile(path) as archive:
-            return any(name.endswith(".pkl") for name in archive.namelist())
-    return False
-
-
-def find_pickles(folder: str | Path) -> list[Path]:
-    """Files anywhere under `folder` that are (or are named like) pickles: `torch.save` output, `.bin`, `.pkl`, ...
-
-    A link to a file outside the folder is judged by its name only: its target is never opened."""
-    folder = Path(folder)
-    root = folder.resolve()
-    return [
-        path
-        for path in sorted(folder.rglob("*"))
-        if path.is_file() and _is_pickle(path, read=_resolves_inside(path, root))
-    ]
-
-
-def _pickle_problems(folder: Path) -> list[str]:
-    return [
-        f"{path.relative_to(folder)} is a pickle (loading it runs arbitrary code): remove it; the weights belong in "
-        f"model.safetensors."
-        for path in find_pickles(folder)
-    ]
-
-
-def validate_folder(folder: str | Path) -> list[str]:
-    """Every reason the folder would not make a complete, safe model repo; an empty list when it is ready."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return [
-            f"{folder} is not a folder: pass the folder written by save_pretrained or `vanilla-transformer release`."
-        ]
-    return _pickle_problems(folder) + _check_contents(folder)
-
-
-def _check_contents(folder: Path) -> list[str]:
-    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
-    try:
-        config = check_config_file(folder / "config.json")
-    except ModelFolderError as error:
-        problems = [str(error)]  # the code's auto_map, the weights and the tokenizer cannot be judged without it
-    else:
-        problems = _check_code(folder, config) + weights_problems(folder, config) + _check_tokenizer(folder, config)
-    if not (folder / "generation_config.json").is_file():
-        problems.append(
-            "generation_config.json is missing: it carries the paper's decoding; `save_pretrained` writes it."
-        )
-    else:
-        try:
-            GenerationConfig.from_pretrained(folder)
-        except Exception as error:  # noqa: BLE001
-            problems.append(f"generation_config.json does not load: {error}")
-    return problems + _check_card(folder)
-
-
-__all__ = [
-    "ModelFolderError",
-    "check_config_file",
-    "check_is_folder",
-    "download_model",
-    "check_model_folder",
-    "check_safetensors_file",
-    "check_tokenizer_files",
-    "check_tokenizer_fits_model",
-    "check_tokenizer_matches_model",
-    "weights_problems",
-    "expected_tensors",
-    "find_pickles",
-    "load_model_and_tokenizer",
-    "validate_folder",
-    "weight_files",
-    "write_checksums",
-]

@@ -28,14 +28,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..errors import FolderNotReadyError, HubPushError, VanillaTransformerError
-from ..files.loading import (
-    CHECKSUM_SUFFIX,
-    CODE_FILES,
-    _check_contents,
-    _pickle_problems,
-    _resolves_inside,
-    validate_folder,
-)
+from ..files.loading import CHECKSUM_SUFFIX
+from .folder_checks import CODE_FILES, check_contents, pickle_problems, resolves_inside, validate_folder
 from .model_card import card_for_folder
 
 # What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
@@ -203,7 +197,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
 
     def escapes(name: str) -> bool:
         path = entries.get(name)
-        return path is not None and path.is_symlink() and not _resolves_inside(path, root)
+        return path is not None and path.is_symlink() and not resolves_inside(path, root)
 
     def refuse_link(name: str) -> str:
         link = entries[name]
@@ -238,7 +232,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
         rendered = card_for_folder(folder, repo_id)
         card = None if rendered is None else str(rendered)
 
-    problems += _pickle_problems(folder)
+    problems += pickle_problems(folder)
     modified = _modified_code(sources)
     if not allow_modified_code:
         problems += [
@@ -262,7 +256,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
         staging = _stage(plan, Path(scratch))
         # the checks name the staging folder where an error message quotes a path: show the user's folder instead
-        problems += [problem.replace(str(staging), str(folder)) for problem in _check_contents(staging)]
+        problems += [problem.replace(str(staging), str(folder)) for problem in check_contents(staging)]
     if problems:
         raise FolderNotReadyError(folder, problems)
     return plan

@@ -150,11 +150,11 @@ class TrainingSettings:
         return record | {"run": self.run_record()}
 
     def check(self, *, trainer: bool) -> None:
-        """Raise a `SettingsError` for every setting that cannot finish as asked (`problems`), then for a folder
-        that holds another run (`check_record`); `trainer`: for `train`, which averages its last
-        `preset.average_last` checkpoints at the end and so must write or find that many."""
+        """Raise a `SettingsError` for every setting that cannot finish as asked (`problems`); `trainer`: for
+        `train`, which averages its last `preset.average_last` checkpoints at the end and so must write or find
+        that many. A folder that holds another run is refused where the record is written (`check_record`, under the
+        run's lock)."""
         _raise(problems(self, trainer))
-        check_record(self, write=False)
         if trainer:
             _raise(checkpoint_problems(self))
 
