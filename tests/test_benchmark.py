@@ -8,26 +8,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from vanilla_transformer.experiments import benchmark
+from vanilla_transformer.experiments import benchmark, benchmark_models
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
-WORKLOADS = benchmark.Workloads(
+WORKLOADS = benchmark_models.Workloads(
     train_batch_size=4, train_source_length=8, train_target_length=6, generate_source_length=7, new_tokens=5,
     greedy_batch_sizes=(1, 3), beam_batch_size=2, num_beams=3,
 )  # fmt: skip
 
 
 def tiny_config():
-    return benchmark.vanilla_config("multi30k", vocab_size=101, **TINY)
+    return benchmark_models.vanilla_config("multi30k", vocab_size=101, **TINY)
 
 
 def test_marian_and_torch_models_have_the_same_dimensions():
     config = tiny_config()
-    ours, marian, plain = (benchmark.build_benchmark_model(name, config) for name in benchmark.MODELS)
+    ours, marian, plain = (benchmark_models.build_benchmark_model(name, config) for name in benchmark_models.MODELS)
     count = lambda model: sum(p.numel() for p in model.parameters() if p.requires_grad)  # noqa: E731
     # Marian's attention projections carry biases the paper's do not; everything trained is the same size
     d, attention_blocks = config.d_model, config.encoder_layers + 2 * config.decoder_layers
@@ -40,13 +40,13 @@ def test_marian_and_torch_models_have_the_same_dimensions():
 
 def test_every_model_generates_exactly_the_asked_number_of_tokens(tmp_path):
     config = tiny_config()
-    batch = benchmark.random_batch(3, 7, 2, config.vocab_size)
+    batch = benchmark_models.random_batch(3, 7, 2, config.vocab_size)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
-    for name in benchmark.MODELS:
-        model = benchmark.build_benchmark_model(name, config).eval()
+    for name in benchmark_models.MODELS:
+        model = benchmark_models.build_benchmark_model(name, config).eval()
         with torch.no_grad():  # EOS made the likeliest token: only the minimum length keeps it out
             weight = model.lm_head.weight if name != "torch" else model.embed.weight
-            weight[benchmark.EOS] = 10 * weight.abs().max()
+            weight[benchmark_models.EOS] = 10 * weight.abs().max()
         for num_beams in (1, 3) if name != "torch" else (1,):
             if name == "torch":
                 output = model.greedy(inputs["input_ids"], inputs["attention_mask"], 5)
@@ -54,9 +54,11 @@ def test_every_model_generates_exactly_the_asked_number_of_tokens(tmp_path):
                 options = {"num_beams": num_beams, "max_new_tokens": 5, "min_new_tokens": 5}
                 output = model.generate(**inputs, **options)
             assert output.shape == (3, 6), (name, num_beams)
-            assert not (output[:, 1:] == benchmark.EOS).any(), (name, num_beams)
+            assert not (output[:, 1:] == benchmark_models.EOS).any(), (name, num_beams)
         if name == "vanilla":  # its CTranslate2 exports decode the same sources to the same number of tokens
-            for exported, translate_fn in benchmark.ctranslate2_fns(model, str(tmp_path), torch.device("cpu")).items():
+            for exported, translate_fn in benchmark_models.ctranslate2_fns(
+                model, str(tmp_path), torch.device("cpu")
+            ).items():
                 for num_beams in (1, 3):
                     results = translate_fn(inputs, 5, num_beams)()
                     assert [len(r.hypotheses[0]) for r in results] == [5, 5, 5], (exported, num_beams)
@@ -81,7 +83,7 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
     for job, by_model in report["speed"].items():
         expected = {"vanilla", "marian"} | ({"torch"} if not job.startswith("beam") else set())
         expected |= {f"{name}_bf16" for name in expected}
-        expected |= set(benchmark.CTRANSLATE2) if job != "train" else set()  # measured with the fp32 pass
+        expected |= set(benchmark_models.CTRANSLATE2) if job != "train" else set()  # measured with the fp32 pass
         assert set(by_model) == expected, job
         for name, result in by_model.items():
             assert len(result["seconds"]) == 2 and result["tokens_per_second"] > 0
@@ -92,7 +94,7 @@ def test_the_script_writes_a_report_and_a_table(tmp_path):
             if subject in by_model:
                 ratio = by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
                 assert abs(report["ratios"][f"{subject} / {reference}"][job] - ratio) < 1e-9
-    assert all(report["memory"][name] > 0 for name in benchmark.MODELS)
+    assert all(report["memory"][name] > 0 for name in benchmark_models.MODELS)
     assert "| greedy_b32 |" in done.stdout and "| peak training memory (fp32) |" in done.stdout
     assert "vanilla_bf16 tok/s" in done.stdout and "| vanilla_bf16 / vanilla |" in done.stdout
 
@@ -105,6 +107,6 @@ def test_flop_counts_follow_the_dimensions():
     assert decoder == 2 * (6 * d * d + 2 * d * ffn) + d * config.vocab_size
     assert cross_kv == 2 * 2 * d * d
     # twice the batch, twice the FLOPs
-    small = benchmark.random_batch(2, 8, 6, config.vocab_size)
-    large = benchmark.random_batch(4, 8, 6, config.vocab_size)
+    small = benchmark_models.random_batch(2, 8, 6, config.vocab_size)
+    large = benchmark_models.random_batch(4, 8, 6, config.vocab_size)
     assert benchmark.training_flops(config, large) == 2 * benchmark.training_flops(config, small)

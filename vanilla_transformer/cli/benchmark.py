@@ -24,7 +24,7 @@ from .arguments import (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The model, the workloads, and where the report goes."""
-    from ..experiments.benchmark import EOS, MODELS, Workloads
+    from ..experiments.benchmark_models import EOS, MODELS, Workloads
     from ..model.configuration_vanilla_transformer import PRESETS
 
     parser.add_argument("--preset", default="base", choices=sorted(PRESETS), help="model preset")
@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> None:
     """Run the benchmark, write the JSON report and print its table."""
     import torch
 
-    from ..experiments.benchmark import Workloads, format_table, run_benchmark, vanilla_config
+    from ..experiments.benchmark import format_table, run_benchmark
+    from ..experiments.benchmark_models import Workloads, vanilla_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
