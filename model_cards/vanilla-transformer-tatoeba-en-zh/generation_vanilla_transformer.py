@@ -163,6 +163,27 @@ class MaxLengthPerSentenceCriteria(StoppingCriteria):
         return input_ids.shape[-1] >= max_lengths
 
 
+def paper_options(
+    resolved: GenerationConfig, length_penalty_form: str | None, over_input: object
+) -> tuple[str, int | None]:
+    """The call's `length_penalty_form` and `max_new_tokens_over_input`, else the generation config's, checked."""
+    if length_penalty_form is None:
+        length_penalty_form = getattr(resolved, "length_penalty_form", None) or "hf"
+    if length_penalty_form not in LENGTH_PENALTY_FORMS:
+        raise ValueError(
+            f"length_penalty_form={length_penalty_form!r} is unknown; use 'gnmt' for the paper's ((5 + |Y|) / 6)^α "
+            f"(§6.1, Wu et al. 2016) or 'hf' for transformers' |Y|^α."
+        )
+    if over_input is _UNSET:
+        over_input = getattr(resolved, "max_new_tokens_over_input", None)
+    if over_input is not None and (isinstance(over_input, bool) or not isinstance(over_input, int) or over_input < 0):
+        raise ValueError(
+            f"max_new_tokens_over_input={over_input!r} must be an integer >= 0 (the paper: 50), or None for no "
+            f"per-sentence limit."
+        )
+    return length_penalty_form, over_input
+
+
 class VanillaTransformerGenerationMixin(GenerationMixin):
     """`generate()` with the paper's decoding (§6.1) as its default (see `generate`)."""
 
@@ -203,22 +224,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
 
         # the generation config `generate` will use: the call's kwargs over `generation_config` over the model's
         resolved = resolved_generation_config(self, generation_config, kwargs)
-        if length_penalty_form is None:
-            length_penalty_form = getattr(resolved, "length_penalty_form", None) or "hf"
-        if length_penalty_form not in LENGTH_PENALTY_FORMS:
-            raise ValueError(
-                f"length_penalty_form={length_penalty_form!r} is unknown; use 'gnmt' for the paper's ((5 + |Y|) / 6)^α "
-                f"(§6.1, Wu et al. 2016) or 'hf' for transformers' |Y|^α."
-            )
-        if over_input is _UNSET:
-            over_input = getattr(resolved, "max_new_tokens_over_input", None)
-        if over_input is not None and (
-            isinstance(over_input, bool) or not isinstance(over_input, int) or over_input < 0
-        ):
-            raise ValueError(
-                f"max_new_tokens_over_input={over_input!r} must be an integer >= 0 (the paper: 50), or None for no "
-                f"per-sentence limit."
-            )
+        length_penalty_form, over_input = paper_options(resolved, length_penalty_form, over_input)
         vocab_size = self.config.decoder_vocab_size
         if (resolved.num_beams or 1) > vocab_size:
             raise ValueError(
@@ -255,35 +261,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 f"just </s>)."
             )
         if source_lengths is not None and over_input is not None:
-            max_new_tokens_per_row = source_lengths + over_input
-            decoder_input_ids = kwargs.get("decoder_input_ids")
-            prompt_length = decoder_input_ids.shape[-1] if decoder_input_ids is not None else 1
-            if self.config.position_encoding == "learned":  # learned positions end at the table; sinusoids extend
-                table_end = self.config.max_position_embeddings - prompt_length
-                if bool((max_new_tokens_per_row > table_end).any()):
-                    logger.warning_once(
-                        f"the output limit (input length + {over_input} tokens) of some sentences is capped at "
-                        f"max_position_embeddings={self.config.max_position_embeddings}, where this model's learned "
-                        f"positions end; use position_encoding='sinusoidal' for outputs of any length."
-                    )
-                max_new_tokens_per_row = max_new_tokens_per_row.clamp(max=table_end)
-            max_new_tokens_per_row = max_new_tokens_per_row.clamp(min=1)
-            explicit_length = any(
-                kwargs.get(name) is not None
-                or getattr(generation_config, name, None) is not None
-                or getattr(self.generation_config, name, None) is not None
-                for name in ("max_new_tokens", "max_length")
+            max_new_tokens_per_row, generation_config = self._limit_each_sentence(
+                source_lengths + over_input, over_input, generation_config, kwargs, paper_beam_search
             )
-            if not explicit_length:  # else transformers' default (20 new tokens) would cut the longer sentences
-                longest = int(max_new_tokens_per_row.max())
-                if generation_config is None:
-                    kwargs["max_new_tokens"] = longest
-                else:
-                    generation_config = copy.deepcopy(generation_config)
-                    generation_config.max_new_tokens = longest
-            if not paper_beam_search:
-                criteria = MaxLengthPerSentenceCriteria(prompt_length + max_new_tokens_per_row)
-                kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), criteria])
 
         if "static" in (resolved.cache_implementation or ""):
             inputs, kwargs = self._pad_source_to_static_length(inputs, kwargs)
@@ -296,6 +276,47 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 sync_processes=self._synced_gpus(kwargs.pop("synced_gpus", None)),
             )
         return super().generate(inputs, generation_config, **kwargs)
+
+    def _limit_each_sentence(
+        self,
+        max_new_tokens_per_row: torch.Tensor,
+        over_input: int,
+        generation_config: GenerationConfig | None,
+        kwargs: dict,
+        paper_beam_search: bool,
+    ) -> tuple[torch.Tensor, GenerationConfig | None]:
+        """§6.1's output limit, input length + `over_input` tokens for each sentence: capped where learned positions
+        end, made the call's `max_new_tokens` for the longest sentence unless the caller set a length, and enforced
+        per sentence by a stopping criterion (added to `kwargs`) or by the paper's beam search itself."""
+        decoder_input_ids = kwargs.get("decoder_input_ids")
+        prompt_length = decoder_input_ids.shape[-1] if decoder_input_ids is not None else 1
+        if self.config.position_encoding == "learned":  # learned positions end at the table; sinusoids extend
+            table_end = self.config.max_position_embeddings - prompt_length
+            if bool((max_new_tokens_per_row > table_end).any()):
+                logger.warning_once(
+                    f"the output limit (input length + {over_input} tokens) of some sentences is capped at "
+                    f"max_position_embeddings={self.config.max_position_embeddings}, where this model's learned "
+                    f"positions end; use position_encoding='sinusoidal' for outputs of any length."
+                )
+            max_new_tokens_per_row = max_new_tokens_per_row.clamp(max=table_end)
+        max_new_tokens_per_row = max_new_tokens_per_row.clamp(min=1)
+        explicit_length = any(
+            kwargs.get(name) is not None
+            or getattr(generation_config, name, None) is not None
+            or getattr(self.generation_config, name, None) is not None
+            for name in ("max_new_tokens", "max_length")
+        )
+        if not explicit_length:  # else transformers' default (20 new tokens) would cut the longer sentences
+            longest = int(max_new_tokens_per_row.max())
+            if generation_config is None:
+                kwargs["max_new_tokens"] = longest
+            else:
+                generation_config = copy.deepcopy(generation_config)
+                generation_config.max_new_tokens = longest
+        if not paper_beam_search:
+            criteria = MaxLengthPerSentenceCriteria(prompt_length + max_new_tokens_per_row)
+            kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), criteria])
+        return max_new_tokens_per_row, generation_config
 
     @staticmethod
     def _unsupported_by_paper_beam_search(generation_config: GenerationConfig, kwargs: dict) -> str:

@@ -95,6 +95,29 @@ def peak_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 2048
     return 2 * size**3 / best
 
 
+def time_workload(
+    fns: dict[str, Callable[[], None]], device: torch.device, repeats: int, tokens: int, flops: float
+) -> dict[str, dict]:
+    """One workload on every model: each called once to warm up (a compiled one compiles here), then `repeats`
+    rounds with the order rotated so that no model always runs first; the median of the rounds per model."""
+    names = list(fns)
+    first_call = {name: measure(fn, device, warmup=0) for name, fn in fns.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
+            seconds[name].append(measure(fns[name], device, warmup=0))
+    return {
+        name: {
+            "median_seconds": statistics.median(times),
+            "tokens_per_second": tokens / statistics.median(times),
+            "flops_per_second": flops / statistics.median(times),
+            "seconds": times,
+            "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
+        }
+        for name, times in seconds.items()
+    }
+
+
 def run_speed(
     config: VanillaTransformerConfig,
     workloads: Workloads,
@@ -172,25 +195,7 @@ def run_speed(
 
     results: dict[str, dict] = {}
     for job, (tokens, flops, fns) in jobs.items():
-        names = list(fns)
-        first_call: dict[str, float] = {}
-        for name, fn in fns.items():  # warm up every model before any timing; a compiled one compiles here
-            first_call[name] = measure(fn, device, warmup=0)
-        seconds: dict[str, list[float]] = {name: [] for name in names}
-        for repeat in range(repeats):
-            order = names[repeat % len(names) :] + names[: repeat % len(names)]
-            for name in order:
-                seconds[name].append(measure(fns[name], device, warmup=0))
-        results[job] = {
-            name: {
-                "median_seconds": statistics.median(times),
-                "tokens_per_second": tokens / statistics.median(times),
-                "flops_per_second": flops / statistics.median(times),
-                "seconds": times,
-                "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
-            }
-            for name, times in seconds.items()
-        }
+        results[job] = time_workload(fns, device, repeats, tokens, flops)
         log(
             f"{job}: "
             + ", ".join(f"{name} {result['tokens_per_second']:.0f} tok/s" for name, result in results[job].items())

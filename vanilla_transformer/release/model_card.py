@@ -105,6 +105,56 @@ def training_hyperparameters(config: dict, preset: dict | None = None, generatio
     return table
 
 
+def card_metadata(
+    name: str,
+    results: dict[str, dict],
+    dataset: str,
+    languages: tuple[str, str],
+    license: str,  # noqa: A002
+) -> ModelCardData:
+    """The card's YAML metadata: languages, license (the data's terms where it has them), tags, datasets and the
+    `model-index` results of every split scored whole (a split like `test2016[:50]` is left out of the index)."""
+    source, target = languages
+    title = DATASET_TITLES.get(dataset, dataset)
+    eval_results = []
+    for split, scores in results.items():
+        if "[" in split:
+            continue
+        metrics = [("sacrebleu", scores["sacrebleu"], "sacreBLEU"), ("chrf", scores["chrf"], "chrF")]
+        if "tokenized_bleu" in scores:
+            metrics.insert(0, ("bleu", scores["tokenized_bleu"], "BLEU (lowercased Moses-tokenized reference)"))
+        eval_results += [
+            EvalResult(
+                task_type="translation",
+                task_name=f"Translation {source.capitalize()}-{target.capitalize()}",
+                dataset_type=dataset,
+                dataset_name=f"{title[0].upper()}{title[1:]} {split}",
+                dataset_split=split,
+                dataset_config=f"{source}-{target}",
+                metric_type=metric,
+                metric_value=value,
+                metric_name=metric_name,
+            )
+            for metric, value, metric_name in metrics
+        ]
+    license_name = license_link = None
+    if dataset in DATA_TERMS:
+        license, license_name, license_link = DATA_TERMS[dataset]
+    return ModelCardData(
+        language=[source, target],
+        license=license,
+        license_name=license_name,
+        license_link=license_link,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "transformer", "attention-is-all-you-need", dataset],
+        datasets=hub_dataset_ids(dataset) or None,
+        metrics=sorted({result.metric_type for result in eval_results}),
+        model_name=name,
+        eval_results=eval_results or None,
+    )
+
+
 def render_model_card(
     name: str,
     results: dict[str, dict],
@@ -136,52 +186,16 @@ def render_model_card(
         )
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
-    rows = []
-    eval_results = []
-    for split, scores in results.items():
-        rows.append(
-            {
-                "split": split,
-                "tokenized_bleu": scores.get("tokenized_bleu", "–"),
-                "sacrebleu": scores["sacrebleu"],
-                "chrf": scores["chrf"],
-            }
-        )
-        if "[" in split:
-            continue
-        metrics = [("sacrebleu", scores["sacrebleu"], "sacreBLEU"), ("chrf", scores["chrf"], "chrF")]
-        if "tokenized_bleu" in scores:
-            metrics.insert(0, ("bleu", scores["tokenized_bleu"], "BLEU (lowercased Moses-tokenized reference)"))
-        eval_results += [
-            EvalResult(
-                task_type="translation",
-                task_name=f"Translation {source.capitalize()}-{target.capitalize()}",
-                dataset_type=dataset,
-                dataset_name=f"{title[0].upper()}{title[1:]} {split}",
-                dataset_split=split,
-                dataset_config=f"{source}-{target}",
-                metric_type=metric,
-                metric_value=value,
-                metric_name=metric_name,
-            )
-            for metric, value, metric_name in metrics
-        ]
-    license_name = license_link = None
-    if dataset in DATA_TERMS:
-        license, license_name, license_link = DATA_TERMS[dataset]
-    card_data = ModelCardData(
-        language=[source, target],
-        license=license,
-        license_name=license_name,
-        license_link=license_link,
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=["translation", "transformer", "attention-is-all-you-need", dataset],
-        datasets=hub_dataset_ids(dataset) or None,
-        metrics=sorted({result.metric_type for result in eval_results}),
-        model_name=name,
-        eval_results=eval_results or None,
-    )
+    rows = [
+        {
+            "split": split,
+            "tokenized_bleu": scores.get("tokenized_bleu", "–"),
+            "sacrebleu": scores["sacrebleu"],
+            "chrf": scores["chrf"],
+        }
+        for split, scores in results.items()
+    ]
+    card_data = card_metadata(name, results, dataset, languages, license)
     signatures = [scores["signature"] for scores in results.values() if scores.get("signature")]
     bleu_tokenizer = next((part[4:] for part in (signatures or [""])[0].split("|") if part.startswith("tok:")), "13a")
     # trim_blocks/lstrip_blocks: the template's {% %} lines leave no blank lines; StrictUndefined: a misspelt
