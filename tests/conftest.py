@@ -161,7 +161,7 @@ def run_in_process(
 ) -> subprocess.CompletedProcess:
     """`entry(argv)` (a script's or the CLI's `main`) in `cwd`, as a process would run it: its stdin from
     `stdin_path`, its stdout, stderr and exit status returned. The refusal tests run here, not in a fresh process,
-    which would spend ~10 s importing torch and transformers each time; tests/test_cli.py runs the real programs."""
+    which would spend ~10 s importing torch and transformers each time; tests/cli/test_cli.py runs the real programs."""
     stdout, stderr = io.StringIO(), io.StringIO()
     returncode = 0
     with open(stdin_path or os.devnull) as stdin:

@@ -1,6 +1,6 @@
-"""Run by tests/test_distributed.py under torchrun: the paper's beam search with `synced_gpus=True` (as FSDP and ZeRO-3
-decode), each process on its own sentences, so that one finishes its search steps earlier than the other. The main
-process writes every process's translations and its number of decoder forwards as JSON to the path given."""
+"""Run by tests/training/test_distributed.py under torchrun: the paper's beam search with `synced_gpus=True` (as FSDP
+and ZeRO-3 decode), each process on its own sentences, so that one finishes its search steps earlier than the other.
+The main process writes every process's translations and its number of decoder forwards as JSON to the path given."""
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py, in one process or under torchrun: `VanillaTransformerTrainer.predict`
+"""Run by tests/training/test_distributed.py, in one process or under torchrun: `VanillaTransformerTrainer.predict`
 (generation) of a seeded tiny model on 7 random sources, eval batches of 2 per process; the main process writes the
 predictions as JSON to the path given."""
 

@@ -33,7 +33,7 @@ def paper_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> Lambd
     """The §5.3 schedule relative to the optimizer's learning rate, which must be the peak rate
     (`peak_learning_rate`). `LambdaLR` asks for the multiplier of update n+1 after n updates, so the first update
     uses step 1 as in the paper. transformers' `get_inverse_sqrt_schedule(timescale=warmup_steps)` is this schedule
-    one update late: its first update gets learning rate 0, a batch wasted (`tests/test_schedule.py`)."""
+    one update late: its first update gets learning rate 0, a batch wasted (`tests/training/test_schedule.py`)."""
 
     def multiplier(updates_done: int) -> float:
         step = updates_done + 1
@@ -46,7 +46,8 @@ def label_smoothed_loss(epsilon: float):
     """§5.4 label smoothing as a `Trainer` `compute_loss_func`: the summed smoothed cross-entropy divided by the
     target tokens of the whole accumulated batch, so that gradient accumulation gives the large batch's gradient.
     transformers' `LabelSmoother` gives the same value in float32, but takes the log-softmax in the logits' dtype:
-    under fp16/bf16 autocast it drifts from the float32 loss, where this one does not (`tests/test_schedule.py`)."""
+    under fp16/bf16 autocast it drifts from the float32 loss, where this one does not
+    (`tests/training/test_schedule.py`)."""
 
     def compute_loss(outputs, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None):
         logits = outputs["logits"]

@@ -101,7 +101,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     # (`model.shared.weight`), and transformers would report their aliases as missing on every resume, although
     # loading the one matrix restores them all. No public hook: `_load_from_checkpoint` and `_load_best_model` call
     # this with the load result directly, and a filter on transformers' logger would hide real missing keys too.
-    # Fails loudly if transformers changes it: tests/test_trainer.py::test_resume_reproduces_the_uninterrupted_run.
+    # Fails loudly if transformers changes it:
+    # tests/training/test_trainer.py::test_resume_reproduces_the_uninterrupted_run.
     def _issue_warnings_after_load(self, load_result) -> None:
         tied = set(self.model.all_tied_weights_keys)
         untied = [key for key in load_result.missing_keys if key not in tied]
@@ -111,8 +112,9 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     # transformers' code writes `checkpoint-N` inside the staging folder. No public hook: transformers' checkpoint
     # code takes its folder from this method alone, and changing `args.output_dir` for the save would also move
     # what callbacks, logging and `push_to_hub` see at that moment. Tested, with `_save_checkpoint`, by
-    # tests/test_faults_training.py::test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run (a kill inside
-    # the save leaves the half-written weights in `tmp-checkpoint-N`) and tests/test_trainer.py's rotation test.
+    # tests/training/test_faults_training.py::test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run (a kill
+    # inside the save leaves the half-written weights in `tmp-checkpoint-N`) and tests/training/test_trainer.py's
+    # rotation test.
     def _get_output_dir(self, trial) -> str:
         return self._staging_dir if self._staging_dir is not None else super()._get_output_dir(trial)
 
@@ -171,7 +173,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # private `Trainer._remove_unused_columns`: drops the columns `forward` does not take, as the Trainer's own
         # loaders do; no public method does it, and the Trainer's `_get_dataloader`, which calls it, passes a
         # `batch_sampler` only for its own `BatchRebalanceSampler`, not the token-budget batches this loader needs;
-        # every token-budget test in tests/test_trainer.py runs through it
+        # every token-budget test in tests/training/test_trainer.py runs through it
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
         loader = DataLoader(
             dataset,
@@ -200,7 +202,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     # Private override. Needed for: a saved model folder (and so the Hub repo) without the pickled
     # `training_args.bin`. No public hook: `save_model` reaches `_save` by several paths (plain, FSDP, DeepSpeed,
     # SageMaker) and pushes to the Hub itself before returning, so removing the pickle after `save_model` is too late.
-    # Tested by tests/test_hub.py::test_trainer_push_to_hub_uploads_a_complete_repo (no `training_args.bin` pushed).
+    # Tested by tests/release/test_hub.py::test_trainer_push_to_hub_uploads_a_complete_repo (no `training_args.bin`
+    # pushed).
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict=state_dict)
         # A saved model folder is for sharing (push_to_hub uploads the output folder): keep the pickled

@@ -24,7 +24,7 @@ from vanilla_transformer.inference.evaluation import (
     score_translations,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 HYPOTHESES = ["Ein Mann fährt Fahrrad auf der Straße.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
 REFERENCES = [

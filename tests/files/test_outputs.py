@@ -33,7 +33,7 @@ from vanilla_transformer.files.outputs import (
 from vanilla_transformer.training.checkpoints import average_checkpoints
 from vanilla_transformer.training.presets import get_training_preset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["A dog runs.", "Two men talk.", "A child plays in the snow."]
 REFERENCES = ["Ein Hund rennt.", "Zwei Männer reden.", "Ein Kind spielt im Schnee."]
 

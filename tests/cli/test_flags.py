@@ -23,7 +23,7 @@ from vanilla_transformer.training.presets import PRESET_FLAGS, get_training_pres
 from vanilla_transformer.training.ranges import TRAINING_RANGES
 from vanilla_transformer.training.settings import TrainingSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -266,6 +266,9 @@ def test_bugs_keep_their_traceback():
         with pytest.raises(ValueError) as raised:
             bug()
         assert user_error_message(raised.value) is None
+    # what tells a refusal from a bug is its class, not where it was raised: a plain ValueError is a bug anywhere
+    assert user_error_message(ValueError("raised by the package")) is None
+    assert user_error_message(SettingsError("--max-steps 0 is below 1")) == "error: --max-steps 0 is below 1"
 
 
 def test_debug_goes_before_or_after_the_command_name():

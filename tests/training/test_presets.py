@@ -30,7 +30,7 @@ from vanilla_transformer.training.presets import (
 from vanilla_transformer.training.run import train
 from vanilla_transformer.training.settings import TrainingSettings, check_record, trainer_checkpoint_steps
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def record_run(output: Path, preset, *, resume: bool = True, write: bool = True, **options) -> None:

@@ -23,7 +23,7 @@ from vanilla_transformer.files.loading import write_checksums
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.model.generation_vanilla_transformer import CACHE_OUTPUT_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LONG_LINE = "the small dog runs to the big house . " * 12  # ~100 tokens, beyond max_position_embeddings=16
 ODD_LINES = [
     "a man rides a bike .",

@@ -21,7 +21,7 @@ from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.files.loading import load_model_and_tokenizer
 from vanilla_transformer.inference.translation import translate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # scripts/<file>.py → the subcommand it runs (the scripts keep the names the README has always used)
 SCRIPTS = {
     "quickstart": "demo",

@@ -29,7 +29,7 @@ from vanilla_transformer.training.settings import TrainingSettings
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A child process that runs scripts/train.py. With KILL_WHILE_SAVING_STEP=N it dies by SIGKILL half way through
 # writing checkpoint-N's weights: transformers' safetensors writer is wrapped to truncate the file to half its size

@@ -45,7 +45,7 @@ from vanilla_transformer.training.fsdp import check_trainer_fsdp, tied_modules
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAVED, STEPS = 3, 6  # the checkpoint the FSDP run is killed after, and the updates in all
 TRAIN_PAIRS = 40  # 5 updates of 8 pairs an epoch: the run crosses an epoch, and resumes in the middle of one
 # weights, FSDP against one process (module docstring): every one within ATOL, all but a share OUTLIERS within CLOSE

@@ -23,7 +23,7 @@ from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VALID_PAIRS = 7  # odd: two processes cannot split it evenly, so accelerate repeats an example to pad the last batch
 # a small learning rate keeps Adam's amplification of rounding differences in near-zero gradients below 1e-6
 COMMON = ["--preset", "demo", "--max-steps", "5", "--warmup-steps", "2", "--lr-factor", "0.002", "--dropout", "0",

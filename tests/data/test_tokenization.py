@@ -16,7 +16,7 @@ from vanilla_transformer.data.tokenization import (
     train_joint_bpe,
 )
 
-RELEASE = Path(__file__).resolve().parents[1] / "model_cards" / "vanilla-transformer-multi30k-en-de"
+RELEASE = Path(__file__).resolve().parents[2] / "model_cards" / "vanilla-transformer-multi30k-en-de"
 # the fingerprint of the released tokenizer: the same under transformers 5.15 and 5.24 (CI runs both), and with
 # tokenizers' merges stored as pairs (>= 0.20) or as "a b" strings
 RELEASE_FINGERPRINT = "dc121fad916732881b3a3a9821baed009c1997ef4acb111e7315f629657fe7ce"

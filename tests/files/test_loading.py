@@ -40,7 +40,7 @@ from vanilla_transformer.training.checkpoints import average_checkpoints
 from vanilla_transformer.training.presets import TRAINING_PRESETS
 from vanilla_transformer.training.run import build_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_script(name: str):

@@ -13,7 +13,7 @@ from vanilla_transformer.experiments import benchmark, benchmark_models
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
 WORKLOADS = benchmark_models.Workloads(
     train_batch_size=4, train_source_length=8, train_target_length=6, generate_source_length=7, new_tokens=5,

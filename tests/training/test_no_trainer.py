@@ -16,7 +16,7 @@ from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.settings import TrainingSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

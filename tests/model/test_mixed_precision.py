@@ -100,7 +100,7 @@ def test_the_release_translates_in_bf16_as_in_fp32():
     from vanilla_transformer.inference.evaluation import score_translations
     from vanilla_transformer.inference.translation import load_translator
 
-    release = Path(__file__).resolve().parents[1] / "model_cards" / "vanilla-transformer-multi30k-en-de"
+    release = Path(__file__).resolve().parents[2] / "model_cards" / "vanilla-transformer-multi30k-en-de"
     pairs = load_builtin("test")["translation"][:100]
     sources, references = [p["en"] for p in pairs], [p["de"] for p in pairs]
     bf16 = load_translator(str(release), "pytorch", "cpu", dtype="bfloat16").translate(sources)

@@ -25,7 +25,7 @@ from vanilla_transformer.model.generation_vanilla_transformer import CACHE_OUTPU
 from vanilla_transformer.release.folder_checks import CODE_FILES
 from vanilla_transformer.release.remote_code import generate_without_package
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def batch_inputs(batch: dict) -> dict:

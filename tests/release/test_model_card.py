@@ -1,6 +1,6 @@
 """Model cards: `vanilla_transformer.release.model_card` renders a folder's README.md from the package's template, with
 metadata (license, languages, datasets, `model-index`) that the Hub's own reader parses. The cards a push renders for
-a folder without one, and the trainer's card, are checked over HTTP in `tests/test_hub.py`."""
+a folder without one, and the trainer's card, are checked over HTTP in `tests/release/test_hub.py`."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ from huggingface_hub import ModelCard
 from vanilla_transformer.release.folder_checks import validate_folder
 from vanilla_transformer.release.model_card import DATA_TERMS, card_for_folder, render_model_card
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
 
 

@@ -18,7 +18,7 @@ from vanilla_transformer.inference.ctranslate2_engine import export_ctranslate2,
 from vanilla_transformer.inference.evaluation import score_translations
 from vanilla_transformer.inference.translation import load_translator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / "model_cards" / "vanilla-transformer-multi30k-en-de"
 MAX_NEW_TOKENS = 20
 SOURCES = [

@@ -41,7 +41,7 @@ from vanilla_transformer.training.optimization import label_smoothed_loss
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
 RELEASE_EN_ZH = REPO / "model_cards" / "vanilla-transformer-tatoeba-en-zh"
 SENTENCES = [pair["en"] for pair in load_builtin("test")["translation"][:4]]

@@ -31,7 +31,7 @@ from vanilla_transformer.release.model_card import card_for_folder
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.settings import TrainingSettings, read_run_preset, run_flags
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"
 RELEASE_EN_ZH = REPO / "model_cards" / "vanilla-transformer-tatoeba-en-zh"
 

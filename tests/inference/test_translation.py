@@ -27,7 +27,7 @@ from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.model.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
 from vanilla_transformer.release.remote_code import generate_without_package
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GENERATION_MODULE = "vanilla_transformer.model.generation_vanilla_transformer"
 
 
