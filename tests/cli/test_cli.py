@@ -204,7 +204,7 @@ def test_the_wheel_installed_elsewhere_runs_and_renders_cards(installed, model_f
     elsewhere.mkdir()
     where = run_installed(
         [str(bin_dir / "python"), "-c",
-         "import json, sys, vanilla_transformer, vanilla_transformer.release.model_card as mc; "
+         "import json, sys, vanilla_transformer, vanilla_transformer.files.model_card as mc; "
          "print(json.dumps([vanilla_transformer.__file__, str(mc.CARD_TEMPLATE), sorted(sys.modules)]))"],
         elsewhere,
     )  # fmt: skip

@@ -15,7 +15,7 @@ from conftest import tiny_model
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.errors import ExportError, ModelFolderError
 from vanilla_transformer.inference.ctranslate2_engine import export_ctranslate2, load_ctranslate2
-from vanilla_transformer.inference.evaluation import score_translations
+from vanilla_transformer.inference.scoring import score_translations
 from vanilla_transformer.inference.translation import load_translator
 
 ROOT = Path(__file__).resolve().parents[2]

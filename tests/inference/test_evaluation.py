@@ -14,11 +14,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import EvalPrediction, PreTrainedTokenizerFast
 
 from vanilla_transformer.data.text import read_lines
-from vanilla_transformer.inference.evaluation import (
+from vanilla_transformer.inference.evaluation import evaluate_model_on_split
+from vanilla_transformer.inference.scoring import (
     bleu_score,
     chrf_score,
     compute_metrics_for_trainer,
-    evaluate_model_on_split,
     moses_tokenize,
     score_files,
     score_translations,

@@ -97,7 +97,7 @@ def test_the_release_translates_in_bf16_as_in_fp32():
 
     from vanilla_transformer.data.corpora import load_builtin
     from vanilla_transformer.files.loading import load_model_and_tokenizer
-    from vanilla_transformer.inference.evaluation import score_translations
+    from vanilla_transformer.inference.scoring import score_translations
     from vanilla_transformer.inference.translation import load_translator
 
     release = Path(__file__).resolve().parents[2] / "model_cards" / "vanilla-transformer-multi30k-en-de"

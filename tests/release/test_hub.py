@@ -32,10 +32,10 @@ from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenized import tokenize_pairs
 from vanilla_transformer.errors import FolderNotReadyError, HubPushError
 from vanilla_transformer.files.loading import write_checksums
-from vanilla_transformer.inference.evaluation import compute_metrics_for_trainer
+from vanilla_transformer.files.model_card import render_model_card, training_hyperparameters
+from vanilla_transformer.inference.scoring import compute_metrics_for_trainer
 from vanilla_transformer.release.folder_checks import CODE_FILES, validate_folder
-from vanilla_transformer.release.hub import check_repo_id, plan_push, push_folder
-from vanilla_transformer.release.model_card import card_for_folder, render_model_card, training_hyperparameters
+from vanilla_transformer.release.hub import card_for_folder, check_repo_id, plan_push, push_folder
 from vanilla_transformer.release.remote_code import _BLOCK_PACKAGE, translate_without_package
 from vanilla_transformer.training.optimization import label_smoothed_loss
 from vanilla_transformer.training.presets import get_training_preset

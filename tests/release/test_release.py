@@ -17,7 +17,7 @@ from vanilla_transformer.cli.main import build_parser, main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint, train_joint_bpe
-from vanilla_transformer.inference.evaluation import score_translations
+from vanilla_transformer.inference.scoring import score_translations
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.release.build import (
     SMOKE_SENTENCES,
@@ -27,7 +27,7 @@ from vanilla_transformer.release.build import (
     write_release,
 )
 from vanilla_transformer.release.folder_checks import CODE_FILES
-from vanilla_transformer.release.model_card import card_for_folder
+from vanilla_transformer.release.hub import card_for_folder
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.settings import TrainingSettings, read_run_preset, run_flags
 
@@ -177,7 +177,7 @@ def test_a_release_of_a_tsv_run_states_its_data_terms_languages_and_examples(tmp
 
 
 def test_the_card_explains_a_tokenizer_by_what_sacrebleu_would_pick():
-    from vanilla_transformer.release.model_card import render_model_card
+    from vanilla_transformer.files.model_card import render_model_card
 
     training = json.loads((RELEASE / "results.json").read_text())["training"]
 

@@ -19,7 +19,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.errors import ModelFolderError
 from vanilla_transformer.files.loading import check_safetensors_file, load_model_and_tokenizer
-from vanilla_transformer.inference.evaluation import score_translations
+from vanilla_transformer.inference.scoring import score_translations
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.training.checkpoints import last_complete_checkpoint, list_checkpoints, remove_stale_staging
 from vanilla_transformer.training.presets import get_training_preset

@@ -3,11 +3,17 @@ from datasets import Dataset
 
 from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 from vanilla_transformer.data.corpora import load_builtin
-from vanilla_transformer.data.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.data.tokenization import (
+    load_tokenizer,
+    save_tokenizer,
+    tokenizer_fingerprint,
+    tokenizer_sample,
+    train_joint_bpe,
+)
 from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
-from vanilla_transformer.training.run import build_tokenizer, tokenizer_sample, train
+from vanilla_transformer.training.run import build_tokenizer, train
 from vanilla_transformer.training.settings import TrainingSettings
 
 

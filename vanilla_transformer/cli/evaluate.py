@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> None:
     if args.model is not None and args.split is None:
         raise UsageError("--model needs --split")
     from ..data.corpora import corpus_languages
-    from ..inference.evaluation import evaluate_model_on_split, score_files
+    from ..inference.evaluation import evaluate_model_on_split
+    from ..inference.scoring import score_files
 
     if args.hypotheses is not None:
         scores = score_files(

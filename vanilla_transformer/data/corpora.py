@@ -22,13 +22,12 @@ from ..errors import DataError
 from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
-from .multi30k import MULTI30K_ENV, multi30k_dir
+from .multi30k import MULTI30K, MULTI30K_ENV, multi30k_dir
 from .text import decode_line
 
 logger = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
-MULTI30K = "multi30k"
 # names that corpora give their validation split: the one a corpus has is used whichever of them is asked for
 VALIDATION_NAMES = ("valid", "validation", "val", "dev")
 # bumped whenever `load_text_files`'s Arrow files change; lines read and written at a time

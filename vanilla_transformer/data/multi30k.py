@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
 # a file is served as {OFFICIAL_URL}/{COMMIT}/data/task1/{path}; a mirror with the same layout can replace it
 OFFICIAL_URL = "https://raw.githubusercontent.com/multi30k/dataset"
+MULTI30K = "multi30k"  # its name as a corpus (`--corpus multi30k`)
 MULTI30K_ENV = "VANILLA_TRANSFORMER_MULTI30K"  # a folder that already holds the files
 URL_ENV = "VANILLA_TRANSFORMER_MULTI30K_URL"
 CACHE_ENV = "VANILLA_TRANSFORMER_CACHE"

@@ -20,7 +20,7 @@ from datasets import get_dataset_split_names, load_dataset
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import DataError
-from .batching import length_sorted_batches
+from .batching import DEFAULT_BUFFER_PAIRS, length_sorted_batches
 from .corpora import BUILTIN, MULTI30K, find_split
 from .multi30k import multi30k_dir
 from .text import decode_line
@@ -28,13 +28,6 @@ from .tokenized import mostly_control_characters
 
 logger = logging.getLogger(__name__)
 
-# Pairs per buffer. Batches are cut from one buffer's pairs, so a small buffer pads more: on a WMT-like length
-# distribution (lognormal, ~25 tokens a side) batches of 8192 tokens (the presets' budget) are 7.6% padding with 100k
-# pairs, 4.0% with 250k, 1.4% with 1M and 0.8% when all 2M pairs are sorted at once (25%, 16%, 6.6% and 4% at 50000
-# tokens). The price of 1M: ~270 bytes a pair of 25 words a side (16-bit ids, bounds, the sort), ~270 MB per process,
-# and the first batch after a start or a resume waits for 1M pairs to be tokenized (~6 minutes at the 2900 pairs/s
-# measured on 2 cores; pass a smaller buffer_pairs for short runs).
-DEFAULT_BUFFER_PAIRS = 1_000_000
 # pairs tokenized per call: the tokenizer's `Encoding`s (tokens, offsets, masks) and Python lists cost ~14 kB a pair of
 # 25 words a side (measured: 10k pairs raised the peak RSS by 145 MB, 2000 by 28 MB), so a buffer is tokenized in
 # chunks; the ids are the same (each sentence is encoded on its own), and 2000 pairs per call amortize its overhead

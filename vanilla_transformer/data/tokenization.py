@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
+from datasets import Dataset
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -149,3 +151,19 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | Path) -
     output.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(output)
     return output
+
+
+def tokenizer_sample(corpus: Dataset, sample_pairs: int | None) -> Dataset:
+    """The pairs the BPE learns from: all of `corpus` up to `sample_pairs` pairs (None: no limit), else that many
+    drawn without replacement by a generator seeded with 0 and kept in corpus order, as sentencepiece's
+    `input_sentence_size` and fairseq's recipes do for WMT-sized corpora: the merges depend on the corpus alone."""
+    if not sample_pairs or len(corpus) <= sample_pairs:
+        return corpus
+    rows = np.sort(np.random.default_rng(0).choice(len(corpus), size=sample_pairs, replace=False))
+    return corpus.select(rows)
+
+
+def side_texts(corpus: Dataset, lang: str, batch_rows: int = 10_000) -> Iterator[str]:
+    """The `lang` side of a `translation` corpus, read a batch of rows at a time (never the whole side at once)."""
+    for batch in corpus.select_columns(["translation"]).iter(batch_size=batch_rows):
+        yield from (pair[lang] for pair in batch["translation"])

@@ -235,7 +235,7 @@ def run_row(
     from ..data.corpora import load_corpus, sides
     from ..files.loading import load_model_and_tokenizer
     from ..files.outputs import staged_file
-    from ..inference.evaluation import score_translations
+    from ..inference.scoring import score_translations
     from ..inference.translation import translate
     from ..training.run import train
     from ..training.settings import TrainingSettings

@@ -1,198 +1,14 @@
-"""Scoring translations the two ways the project reports them (the README's Results).
+"""A saved model on a test split: translate it and score the output both ways the project reports (`scoring`)."""
 
-1. **sacreBLEU and chrF** (Post 2018; Popović 2015) of detokenized, cased output against the raw references, with
-   the tokenizer sacreBLEU's command line picks for the target language (`zh` for Chinese, `ja-mecab` for Japanese,
-   `ko-mecab` for Korean, `13a` otherwise; `bleu_tokenize` overrides it). Comparable across papers that print the
-   same signature, so the signature, which names the tokenizer, is always returned next to the score.
-2. **Tokenized BLEU** against the official lowercased, Moses-tokenized Multi30k references (`tok/` in
-   multi30k/dataset, made by its `scripts/task1-tokenize.sh`): the hypotheses get the same preprocessing
-   (`moses_tokenize`) and are scored on whitespace tokens without smoothing, which is what `multi-bleu.perl`
-   computes. This is the number of the Multi30k literature; it is not comparable with sacreBLEU.
-
-Both are sacreBLEU's own `BLEU` and `CHRF` (`bleu_score`, `chrf_score`), returned with the keys of the Hub's
-`evaluate-metric/sacrebleu` and `evaluate-metric/chrf` and with sacreBLEU's signature.
-"""
-
-from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
-import sacremoses
-from sacrebleu.metrics import BLEU, CHRF
-from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 from ..data.corpora import load_corpus, sides
 from ..data.multi30k import multi30k_dir
 from ..data.text import read_lines, write_lines
-from ..errors import DataError
-
-# Labels and, when the Trainer pads predictions of different lengths to one array, predictions hold this value
-# where there is no token (transformers' `Seq2SeqTrainer`, `DataCollatorForSeq2Seq(label_pad_token_id=-100)`).
-IGNORED_LABEL_ID = -100
-
-
-def bleu_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
-    """sacreBLEU's corpus BLEU (`sacrebleu.metrics.BLEU(**options)`) of `hypotheses` against one reference each, with
-    the keys of the Hub's `evaluate-metric/sacrebleu` (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`,
-    `ref_len`) and the `signature` that makes the score reproducible."""
-    bleu = BLEU(**options)
-    score = bleu.corpus_score(hypotheses, [references])
-    keys = ("score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len")
-    return {key: getattr(score, key) for key in keys} | {"signature": bleu.get_signature().format()}
-
-
-def chrf_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
-    """sacreBLEU's chrF (`sacrebleu.metrics.CHRF(**options)`; character 6-grams, β=2) against one reference each,
-    with the keys of the Hub's `evaluate-metric/chrf` (`score`, `char_order`, `word_order`, `beta`) and the
-    `signature`."""
-    chrf = CHRF(**options)
-    score = chrf.corpus_score(hypotheses, [references])
-    keys = ("score", "char_order", "word_order", "beta")
-    return {key: getattr(score, key) for key in keys} | {"signature": chrf.get_signature().format()}
-
-
-def moses_tokenize(lines: list[str], lang: str) -> list[str]:
-    """Lowercase, normalize punctuation and Moses-tokenize `lines` exactly as the official Multi30k `tok/` files were
-    made: `lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl -l L` (multi30k/dataset
-    `scripts/task1-tokenize.sh`), with Moses' default escaping (`&apos;`, `&quot;`, `&amp;`, ...) and no `-a` dash
-    splitting.
-
-    Two details make sacremoses match the Perl scripts on every line of train, valid, test2016 and test2017 in both
-    languages: `perl_parity=True` (Perl maps `’` to `"`, sacremoses by default to `'`), and a trailing newline during
-    normalization, because Perl reads each line with its newline and the German rule that moves a quote before a
-    final period (`s/(\\.+)\\"(\\s*[^<])/\\"$1$2/`) needs a character after the quote, which at the end of a line is
-    that newline.
-    """
-    normalizer = sacremoses.MosesPunctNormalizer(lang=lang, perl_parity=True)
-    tokenizer = sacremoses.MosesTokenizer(lang=lang)
-    return [
-        tokenizer.tokenize(normalizer.normalize(line.lower() + "\n"), escape=True, return_str=True) for line in lines
-    ]
-
-
-def _check_line_counts(hypotheses: list[str], **references: list[str] | None) -> None:
-    if not hypotheses:
-        raise DataError("no hypotheses to score; expected one translation per reference line.")
-    for name, lines in references.items():
-        if lines is not None and len(lines) != len(hypotheses):
-            raise DataError(
-                f"{len(hypotheses)} hypotheses but {len(lines)} {name.replace('_', ' ')}; "
-                f"scoring needs exactly one hypothesis per reference line."
-            )
-
-
-def sacrebleu_options(lang: str, bleu_tokenize: str | None = None) -> dict:
-    """The sacreBLEU options that score text in `lang`: its target language, from which sacreBLEU picks the tokenizer
-    its command line picks (to `13a` a sentence of Chinese, Japanese or Korean is one token, and BLEU 0), unless
-    `bleu_tokenize` names one. An unknown tokenizer, or one whose package is missing, is refused by name."""
-    try:
-        BLEU(trg_lang=lang, tokenize=bleu_tokenize)  # builds the tokenizer it picks
-    except KeyError:
-        raise DataError(
-            f"bleu_tokenize={bleu_tokenize!r} is not a sacreBLEU tokenizer; use one of {', '.join(BLEU.TOKENIZERS)}."
-        ) from None
-    except RuntimeError as error:  # ja-mecab and ko-mecab without their MeCab package
-        raise DataError(
-            f'scoring {lang!r} text: {error} (pip install "sacrebleu[{lang}]"), or pick another tokenizer with '
-            f"--bleu-tokenize (e.g. char)."
-        ) from None
-    return {"trg_lang": lang, "tokenize": bleu_tokenize}
-
-
-def score_translations(
-    hypotheses: list[str],
-    references: list[str],
-    tokenized_references: list[str] | None = None,
-    lang: str = "de",
-    lowercase: bool = False,
-    bleu_tokenize: str | None = None,
-) -> dict:
-    """Score detokenized `hypotheses` in language `lang` against one reference each; `lowercase=True` makes sacreBLEU
-    and chrF case-insensitive (`case:lc` in the signature), for a model that writes lowercase
-    (`tokenization.lowercases`); `bleu_tokenize` overrides the tokenizer sacreBLEU picks for `lang`.
-
-    Returns `{"num_sentences", "bleu", "chrf"}` and, when `tokenized_references` are given, `"tokenized_bleu"`:
-
-    - `bleu`: sacreBLEU with its defaults (cased, exp smoothing; the tokenizer of `sacrebleu_options`) on the raw
-      `references`, as the Hub's `evaluate-metric/sacrebleu` returns it (`score`, `counts`, `totals`, `precisions`,
-      `bp`, `sys_len`, `ref_len`) plus `signature`;
-    - `chrf`: sacreBLEU's chrF (character 6-grams, β=2) on the raw references, as `evaluate-metric/chrf` returns it
-      plus `signature`;
-    - `tokenized_bleu`: multi-bleu.perl-style BLEU, the metric of the Multi30k literature: the hypotheses go through
-      `moses_tokenize(…, lang)` (lowercase + normalize-punctuation + tokenizer.perl, as the official `tok/`
-      references were made), then sacreBLEU scores whitespace tokens with `tokenize="none"` and no smoothing, as
-      multi-bleu.perl does. Same keys as `bleu`, plus `preprocessing` naming what was done to the hypotheses.
-    """
-    _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
-    scores = {
-        "num_sentences": len(hypotheses),
-        "bleu": bleu_score(hypotheses, references, lowercase=lowercase, **sacrebleu_options(lang, bleu_tokenize)),
-        "chrf": chrf_score(hypotheses, references, lowercase=lowercase),
-    }
-    if tokenized_references is not None:
-        tokenized_hypotheses = moses_tokenize(hypotheses, lang)
-        multi_bleu = bleu_score(
-            tokenized_hypotheses, tokenized_references, tokenize="none", smooth_method="none", force=True
-        )
-        scores["tokenized_bleu"] = multi_bleu | {
-            "preprocessing": (
-                f"hypotheses: lowercase | normalize-punctuation -l {lang} | tokenizer -l {lang} "
-                f"(sacremoses {sacremoses.__version__}, Moses escaping); references: as given"
-            )
-        }
-    return scores
-
-
-def compute_metrics_for_trainer(
-    tokenizer: PreTrainedTokenizerBase, target_lang: str = "de", bleu_tokenize: str | None = None
-) -> Callable[[EvalPrediction], dict[str, float]]:
-    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU (with the tokenizer for
-    `target_lang`, `sacrebleu_options`) and chrF of the generated translations against the decoded labels, and the
-    mean generated length in tokens (`gen_len`, counting every non-pad token, as transformers'
-    `examples/pytorch/translation/run_translation.py` does).
-    """
-    if tokenizer.pad_token_id is None:
-        raise DataError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
-    bleu_options = sacrebleu_options(target_lang, bleu_tokenize)
-    pad_token_id = tokenizer.pad_token_id
-
-    def compute_metrics(eval_prediction: EvalPrediction) -> dict[str, float]:
-        predictions = eval_prediction.predictions
-        # Models that return more than logits hand the Trainer a tuple whose first element is the generated ids.
-        if isinstance(predictions, tuple):
-            predictions = predictions[0]
-        predictions = np.where(predictions != IGNORED_LABEL_ID, predictions, pad_token_id)
-        labels = np.where(eval_prediction.label_ids != IGNORED_LABEL_ID, eval_prediction.label_ids, pad_token_id)
-        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-        references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        return {
-            "bleu": bleu_score(hypotheses, references, **bleu_options)["score"],
-            "chrf": chrf_score(hypotheses, references)["score"],
-            "gen_len": float(np.mean(np.count_nonzero(predictions != pad_token_id, axis=1))),
-        }
-
-    return compute_metrics
-
-
-def score_files(
-    hypotheses_path: str | Path,
-    references_path: str | Path,
-    tokenized_references_path: str | Path | None = None,
-    lang: str = "de",
-    lowercase: bool = False,
-    bleu_tokenize: str | None = None,
-) -> dict:
-    """`score_translations` of one-sentence-per-line files, with the paths in the result."""
-    tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
-    hypotheses, references = read_lines(hypotheses_path), read_lines(references_path)
-    scores = score_translations(
-        hypotheses, references, tokenized_references, lang, lowercase=lowercase, bleu_tokenize=bleu_tokenize
-    )
-    return {
-        "hypotheses": str(hypotheses_path),
-        "references": str(references_path),
-        "tokenized_references": str(tokenized_references_path) if tokenized_references_path else None,
-    } | scores
+from ..data.tokenization import lowercases
+from ..files.outputs import check_output_file, staged_file
+from .scoring import score_translations
+from .translation import load_translator
 
 
 def evaluate_model_on_split(
@@ -222,11 +38,6 @@ def evaluate_model_on_split(
     (`outputs.staged_file`). `engine="ctranslate2"` decodes with a CTranslate2 export, `dtype` loads the weights in
     another type (`translation.load_translator`).
     """
-    # Imported only here: scoring files, and the Trainer's compute_metrics, need no model loading or decoding.
-    from ..data.tokenization import lowercases
-    from ..files.outputs import check_output_file, staged_file
-    from .translation import load_translator
-
     model_folder = model_name_or_path if Path(model_name_or_path).expanduser().is_dir() else None
     if corpus_file is not None:
         if output_hypotheses is not None:

@@ -17,12 +17,13 @@ from ..data.multi30k import holds_multi30k, multi30k_dir
 from ..data.text import read_lines
 from ..data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint
 from ..errors import SettingsError
+from ..files.model_card import card_from_release_record, training_hyperparameters
 from ..files.outputs import check_not_an_input, check_output_folder, staged_file, staged_folder
-from ..inference.evaluation import evaluate_model_on_split, score_translations
+from ..inference.evaluation import evaluate_model_on_split
+from ..inference.scoring import score_translations
 from ..training.checkpoints import checkpoint_step
 from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS
 from ..training.settings import run_flags, same_setting
-from .model_card import card_from_release_record, training_hyperparameters
 
 SMOKE_SENTENCES = 50  # the first N sentences of the first test split, re-scored by a test against the card
 EXAMPLE_EVERY = 100  # the card shows every 100th sentence of the first test split with its translation

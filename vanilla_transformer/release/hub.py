@@ -1,7 +1,7 @@
 """Push a model folder to the Hugging Face Hub: plan what a push sends (`plan_push`), then send exactly that with
 `huggingface_hub` (`push_folder`: to a new or existing repo, a branch, or as a pull request), explaining what the Hub
-refuses. The folder's checks live in `loading` (`validate_folder`, `find_pickles`), its card in `model_card`
-(`card_for_folder`, from the template shipped with the package).
+refuses. The folder's checks live in `folder_checks` (`validate_folder`, `find_pickles`); a folder without a card
+gets one rendered from its run's records (`card_for_folder`, with `files.model_card`'s template).
 
 A complete folder loads anywhere with `AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)`:
 `model.safetensors` (no pickles), `config.json` whose `auto_map` names the two code files, the code files, tokenizer
@@ -22,15 +22,17 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from huggingface_hub import CommitInfo, HfApi
+from huggingface_hub import CommitInfo, HfApi, ModelCard
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
+from safetensors import safe_open
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..errors import FolderNotReadyError, HubPushError, VanillaTransformerError
 from ..files.loading import CHECKSUM_SUFFIX
+from ..files.model_card import card_from_release_record, card_from_training_log, dataset_id
+from ..training.checkpoints import list_checkpoints
 from .folder_checks import CODE_FILES, check_contents, pickle_problems, resolves_inside, validate_folder
-from .model_card import card_for_folder
 
 # What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
 # `.sha256` of each weights file): what `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read,
@@ -182,7 +184,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     - The folder's checks (`loading.validate_folder`) run on exactly the files that would be sent, so a model that
       only loads thanks to a file left out is refused rather than pushed broken.
 
-    A folder without README.md gets a card rendered from its run's records (`model_card.card_for_folder`), held in
+    A folder without README.md gets a card rendered from its run's records (`card_for_folder`), held in
     `PushPlan.card`: nothing is written to the folder here.
     """
     folder = Path(folder)
@@ -353,3 +355,50 @@ def push_folder(
             )
     except HfHubHTTPError as error:
         raise HubPushError(_explain(error, repo_id, api.endpoint, revision, create_pr)) from error
+
+
+def _count_parameters(weights: Path) -> int:
+    """Parameters as stored (tied matrices once), read from the safetensors header only."""
+    with safe_open(weights, framework="pt") as handle:
+        total = 0
+        for key in handle.keys():
+            size = 1
+            for dim in handle.get_slice(key).get_shape():
+                size *= dim
+            total += size
+        return total
+
+
+def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard | None:
+    """Render a card for a folder that has none, from its run's records; None when there are none.
+
+    A release folder has `results.json` (`scripts/release.py`); a training job's folder (`<run>/final`, as
+    `scripts/train.py` leaves it) has the run's `trainer_state.json` in its newest checkpoint and `preset.json`
+    beside it.
+    """
+    folder = Path(folder)
+    name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
+    if (folder / "results.json").is_file():
+        return card_from_release_record(name, json.loads((folder / "results.json").read_text()), repo_id=repo_id)
+    candidates = [folder / "trainer_state.json"]
+    for run in (folder, folder.parent):
+        candidates += [checkpoint / "trainer_state.json" for checkpoint in reversed(list_checkpoints(run))]
+    state_file = next((path for path in candidates if path.is_file()), None)
+    if state_file is None or not (folder / "config.json").is_file() or not (folder / SAFE_WEIGHTS_NAME).is_file():
+        return None
+    state = json.loads(state_file.read_text())
+    preset_file = next((p for p in (folder / "preset.json", folder.parent / "preset.json") if p.is_file()), None)
+    if preset_file is None:  # without it the training data is unknown, and the card's `datasets` would be a guess
+        return None
+    preset = json.loads(preset_file.read_text())
+    return card_from_training_log(
+        name,
+        state["log_history"],
+        json.loads((folder / "config.json").read_text()),
+        global_step=state["global_step"],
+        epoch=state.get("epoch") or 0.0,
+        parameters=_count_parameters(folder / SAFE_WEIGHTS_NAME),
+        preset=preset,
+        dataset=dataset_id(preset["corpus"]),
+        repo_id=repo_id,
+    )

@@ -33,7 +33,7 @@ from ..files.outputs import (
     publish_staged_folder,
     write_text_atomic,
 )
-from ..inference.evaluation import IGNORED_LABEL_ID, score_translations
+from ..inference.scoring import IGNORED_LABEL_ID, score_translations
 from ..model.modeling_vanilla_transformer import own_class
 from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .fsdp import shard_tied_embeddings

@@ -5,7 +5,7 @@ of what it trained with, are `settings.TrainingSettings`."""
 import argparse
 from dataclasses import asdict, dataclass, replace
 
-from ..data.corpora import MULTI30K
+from ..data.multi30k import MULTI30K
 from ..errors import SettingsError
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 

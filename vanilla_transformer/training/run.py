@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
-import numpy as np
 import torch
 from accelerate import PartialState
 from datasets import Dataset
@@ -16,11 +15,18 @@ from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from ..data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
 from ..data.corpora import corpus_location, load_corpus
-from ..data.tokenization import load_tokenizer, save_tokenizer, tokenizer_fingerprint, train_joint_bpe
+from ..data.tokenization import (
+    load_tokenizer,
+    save_tokenizer,
+    side_texts,
+    tokenizer_fingerprint,
+    tokenizer_sample,
+    train_joint_bpe,
+)
 from ..data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
 from ..errors import OutputError, SettingsError
 from ..files.outputs import check_not_an_input, check_output_folder, hold_lock, staged_folder
-from ..inference.evaluation import compute_metrics_for_trainer
+from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import average_checkpoints, last_complete_checkpoint
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings
@@ -71,22 +77,6 @@ def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset | None) ->
     with staged_folder(folder, "tokenizer", "train", overwrite=True) as staging:
         save_tokenizer(tokenizer, staging)
     return tokenizer
-
-
-def tokenizer_sample(corpus: Dataset, sample_pairs: int | None) -> Dataset:
-    """The pairs the BPE learns from: all of `corpus` up to `sample_pairs` pairs (None: no limit), else that many
-    drawn without replacement by a generator seeded with 0 and kept in corpus order, as sentencepiece's
-    `input_sentence_size` and fairseq's recipes do for WMT-sized corpora: the merges depend on the corpus alone."""
-    if not sample_pairs or len(corpus) <= sample_pairs:
-        return corpus
-    rows = np.sort(np.random.default_rng(0).choice(len(corpus), size=sample_pairs, replace=False))
-    return corpus.select(rows)
-
-
-def side_texts(corpus: Dataset, lang: str, batch_rows: int = 10_000) -> Iterator[str]:
-    """The `lang` side of a `translation` corpus, read a batch of rows at a time (never the whole side at once)."""
-    for batch in corpus.select_columns(["translation"]).iter(batch_size=batch_rows):
-        yield from (pair[lang] for pair in batch["translation"])
 
 
 def check_run_folder(settings: TrainingSettings) -> None:

@@ -24,10 +24,9 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from ..data.batching import dataset_lengths, longest_pair_problem
+from ..data.batching import DEFAULT_BUFFER_PAIRS, dataset_lengths, longest_pair_problem
 from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, local_corpus
 from ..data.multi30k import holds_multi30k
-from ..data.streaming import DEFAULT_BUFFER_PAIRS
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
 from ..errors import SettingsError

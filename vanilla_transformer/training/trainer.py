@@ -18,6 +18,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, Train
 from ..data.batching import TokenBudgetBatchSampler
 from ..errors import SettingsError
 from ..files.loading import write_checksums
+from ..files.model_card import card_from_training_log
 from ..files.outputs import fsync_directory, fsync_tree
 from .checkpoints import STAGING_PREFIX, check_checkpoint_pickles, last_complete_checkpoint, remove_stale_staging
 from .optimization import paper_schedule
@@ -230,8 +231,6 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         `["en", "de"]` by default."""
         if not self.is_world_process_zero():
             return
-        # the card template belongs to the Hub stage, later in the pipeline than the recipe: import it only here
-        from ..release.model_card import card_from_training_log
 
         names = dataset if dataset is not None else dataset_tags
         if not names:

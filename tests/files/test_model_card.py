@@ -1,4 +1,4 @@
-"""Model cards: `vanilla_transformer.release.model_card` renders a folder's README.md from the package's template, with
+"""Model cards: `vanilla_transformer.files.model_card` renders a folder's README.md from the package's template, with
 metadata (license, languages, datasets, `model-index`) that the Hub's own reader parses. The cards a push renders for
 a folder without one, and the trainer's card, are checked over HTTP in `tests/release/test_hub.py`."""
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 
+from vanilla_transformer.files.model_card import DATA_TERMS, render_model_card
 from vanilla_transformer.release.folder_checks import validate_folder
-from vanilla_transformer.release.model_card import DATA_TERMS, card_for_folder, render_model_card
+from vanilla_transformer.release.hub import card_for_folder
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO / "model_cards" / "vanilla-transformer-multi30k-en-de"

@@ -3,23 +3,19 @@
 
 The metadata carries the license (the training data's terms where it has its own), the languages, the Hub datasets
 that hold the training data (none when none does) and `model-index` results. A card comes from a release's
-`results.json` (`card_from_release_record`), from what a `Trainer` run records (`card_from_training_log`), or, for a
-folder that has none, from whichever of those records the folder holds (`card_for_folder`, which `hub.plan_push`
-uses). `release.write_release` and the trainer's `push_to_hub` write their cards through it.
+`results.json` (`card_from_release_record`) or from what a `Trainer` run records (`card_from_training_log`);
+`release.build.write_release`, the trainer's `push_to_hub` and, for a folder that has no card,
+`release.hub.card_for_folder` write their cards through it.
 """
 
-import json
 from importlib import resources
 from pathlib import Path
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from safetensors import safe_open
-from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ..data.multi30k import COMMIT as MULTI30K_COMMIT
 from ..errors import VanillaTransformerError
-from ..training.checkpoints import list_checkpoints
 
 # package data (pyproject.toml), so that an installed wheel renders cards as a checkout does
 CARD_TEMPLATE = resources.files(__package__) / "templates" / "model_card.md"
@@ -169,7 +165,7 @@ def render_model_card(
     data: dict | None = None,
     examples: list[dict] | None = None,
 ) -> ModelCard:
-    """The model card from the package's template, `vanilla_transformer/release/templates/model_card.md`.
+    """The model card from the package's template, `vanilla_transformer/files/templates/model_card.md`.
 
     `results` maps a split to its scores (`sacrebleu`, `chrf`, optionally `tokenized_bleu` and `signature`); splits
     named with a slice (`test2016[:50]`) stay out of the `model-index`. `training` holds `summary`,
@@ -181,7 +177,7 @@ def render_model_card(
     if not CARD_TEMPLATE.is_file():
         raise FileNotFoundError(
             f"the card template {CARD_TEMPLATE} is missing: it is package data of vanilla_transformer "
-            f"(release/templates/model_card.md), left out of this install; reinstall the package, or "
+            f"(files/templates/model_card.md), left out of this install; reinstall the package, or "
             f"write README.md yourself."
         )
     source, target = languages
@@ -290,51 +286,4 @@ def card_from_training_log(
         repo_id=repo_id,
         license=license,
         evaluated_during_training=True,
-    )
-
-
-def _count_parameters(weights: Path) -> int:
-    """Parameters as stored (tied matrices once), read from the safetensors header only."""
-    with safe_open(weights, framework="pt") as handle:
-        total = 0
-        for key in handle.keys():
-            size = 1
-            for dim in handle.get_slice(key).get_shape():
-                size *= dim
-            total += size
-        return total
-
-
-def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard | None:
-    """Render a card for a folder that has none, from its run's records; None when there are none.
-
-    A release folder has `results.json` (`scripts/release.py`); a training job's folder (`<run>/final`, as
-    `scripts/train.py` leaves it) has the run's `trainer_state.json` in its newest checkpoint and `preset.json`
-    beside it.
-    """
-    folder = Path(folder)
-    name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
-    if (folder / "results.json").is_file():
-        return card_from_release_record(name, json.loads((folder / "results.json").read_text()), repo_id=repo_id)
-    candidates = [folder / "trainer_state.json"]
-    for run in (folder, folder.parent):
-        candidates += [checkpoint / "trainer_state.json" for checkpoint in reversed(list_checkpoints(run))]
-    state_file = next((path for path in candidates if path.is_file()), None)
-    if state_file is None or not (folder / "config.json").is_file() or not (folder / SAFE_WEIGHTS_NAME).is_file():
-        return None
-    state = json.loads(state_file.read_text())
-    preset_file = next((p for p in (folder / "preset.json", folder.parent / "preset.json") if p.is_file()), None)
-    if preset_file is None:  # without it the training data is unknown, and the card's `datasets` would be a guess
-        return None
-    preset = json.loads(preset_file.read_text())
-    return card_from_training_log(
-        name,
-        state["log_history"],
-        json.loads((folder / "config.json").read_text()),
-        global_step=state["global_step"],
-        epoch=state.get("epoch") or 0.0,
-        parameters=_count_parameters(folder / SAFE_WEIGHTS_NAME),
-        preset=preset,
-        dataset=dataset_id(preset["corpus"]),
-        repo_id=repo_id,
     )
