@@ -41,7 +41,10 @@ def summary(notebook: nbformat.NotebookNode) -> tuple[int, int]:
     return int(total), int(passed)
 
 
-def test_the_tutorial_runs_and_every_check_passes():
+def test_the_tutorial_runs_and_every_check_passes(monkeypatch):
+    # one thread in the kernel, as in each pytest worker (conftest.py): on two cores beside the other worker's tests,
+    # two threads would wait for each other (the notebook took 270 s instead of 40 beside the FSDP tests)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # a failed check is an assert in its cell: execute() raises CellExecutionError naming it
     client = NotebookClient(

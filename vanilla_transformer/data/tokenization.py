@@ -10,13 +10,16 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from datasets import Dataset
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..errors import DataError
+
+if TYPE_CHECKING:  # `datasets` is imported by whoever passes a Dataset; the command line starts without it
+    from datasets import Dataset
 
 # ids fixed to the model's defaults (`VanillaTransformerConfig`: pad 0, bos/decoder_start 1, eos 2)
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
@@ -153,7 +156,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | Path) -
     return output
 
 
-def tokenizer_sample(corpus: Dataset, sample_pairs: int | None) -> Dataset:
+def tokenizer_sample(corpus: "Dataset", sample_pairs: int | None) -> "Dataset":
     """The pairs the BPE learns from: all of `corpus` up to `sample_pairs` pairs (None: no limit), else that many
     drawn without replacement by a generator seeded with 0 and kept in corpus order, as sentencepiece's
     `input_sentence_size` and fairseq's recipes do for WMT-sized corpora: the merges depend on the corpus alone."""
@@ -163,7 +166,7 @@ def tokenizer_sample(corpus: Dataset, sample_pairs: int | None) -> Dataset:
     return corpus.select(rows)
 
 
-def side_texts(corpus: Dataset, lang: str, batch_rows: int = 10_000) -> Iterator[str]:
+def side_texts(corpus: "Dataset", lang: str, batch_rows: int = 10_000) -> Iterator[str]:
     """The `lang` side of a `translation` corpus, read a batch of rows at a time (never the whole side at once)."""
     for batch in corpus.select_columns(["translation"]).iter(batch_size=batch_rows):
         yield from (pair[lang] for pair in batch["translation"])
