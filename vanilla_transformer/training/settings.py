@@ -31,7 +31,6 @@ from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
 from ..errors import SettingsError
 from ..files.loading import CONFIG_ERRORS, config_error_message
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments
 from .ranges import TRAINING_RANGES
@@ -129,9 +128,6 @@ class TrainingSettings:
     def precision(self) -> str:
         """ "fp32", "bf16" or "fp16", as the record names it: the given precision, else accelerate's launcher's."""
         return PRECISIONS[self.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"]
-
-    def model_config(self, **fields) -> VanillaTransformerConfig:
-        return self.preset.model_config(**fields)
 
     def run_record(self) -> dict:
         """What the run records besides its preset (`RECORDED`), each of which changes its weights."""
