@@ -489,6 +489,25 @@ def test_the_train_command_refuses_to_resume_a_run_with_other_settings(tsv_run, 
     assert tree_digest(tsv_run) == before
 
 
+@pytest.mark.slow
+def test_a_resume_keeps_the_recorded_settings_of_the_flags_left_out(tsv_run, tmp_path, capsys, monkeypatch):
+    """`train --output-dir RUN` alone continues RUN as it was started (its preset, corpus and languages were given as
+    flags then), a flag given changes only its own setting, and one the run cannot take is refused, naming it."""
+    shutil.copytree(tsv_run / "RUN", tmp_path / "RUN")
+    monkeypatch.chdir(tmp_path)  # where the run's corpus, recorded by its absolute path, is not
+    options = ["--eval-samples", "4", "--threads", "1", "--report-to", "none"]  # not recorded: they change no weight
+    before = tree_digest(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--output-dir", "RUN", "--seed", "5", *options])
+    assert exited.value.code == 2 and "(seed: 0 -> 5)" in one_error_line(capsys.readouterr().err)
+    assert tree_digest(tmp_path) == before
+    main(["train", "--output-dir", "RUN", "--max-steps", "3", *options])  # longer: a resumable field
+    record = json.loads((tmp_path / "RUN" / "preset.json").read_text())
+    recorded = json.loads((tsv_run / "RUN" / "preset.json").read_text())
+    assert record == recorded | {"max_steps": 3}
+    assert (tmp_path / "RUN" / "checkpoint-3").is_dir()
+
+
 def test_a_tsv_file_not_named_for_its_direction_needs_the_language_flags(tsv_run, capsys, monkeypatch):
     monkeypatch.chdir(tsv_run)
     shutil.copy(TSV_CORPUS, "pairs.tsv")

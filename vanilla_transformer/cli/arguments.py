@@ -285,7 +285,11 @@ def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
     by their rule (`training_type`), `--lowercase`/`--no-lowercase`, the others text."""
     from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS
 
-    parser.add_argument("--preset", choices=sorted(TRAINING_PRESETS), default="demo")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(TRAINING_PRESETS),
+        help="default: demo, or, resuming a run, the settings it recorded (preset.json)",
+    )
     for field, help_text in PRESET_FLAGS.items():
         flag = f"--{field.replace('_', '-')}"
         if isinstance(getattr(TRAINING_PRESETS["demo"], field), bool):
@@ -306,10 +310,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         help="batches of this many pairs instead of tokens",
     )
     parser.add_argument(
-        "--max-grad-norm",
-        type=training_type("max_grad_norm"),
-        default=0.0,
-        help="clip gradients to this norm (0: never)",
+        "--max-grad-norm", type=training_type("max_grad_norm"), help="clip gradients to this norm (default 0: never)"
     )
     parser.add_argument(
         "--eval-beams", type=training_type("eval_beams"), default=1, help="beams for validation BLEU during training"
@@ -317,7 +318,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--eval-samples", type=training_type("eval_samples"), help="validate on the first N valid pairs only"
     )
-    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--seed", type=seed, help="default: 0")
     parser.add_argument(
         "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
     )

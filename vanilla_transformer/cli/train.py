@@ -8,7 +8,8 @@ The presets and their fields are in `vanilla_transformer/training/presets.py`; e
     accelerate launch --num_processes 8 -m vanilla_transformer train --preset paper-base --bf16 --output-dir out/base
     torchrun --nproc_per_node 2 -m vanilla_transformer train --preset demo --output-dir outputs/demo  # 2 CPU processes
 
-Interrupted runs resume from their newest checkpoint when started again with the same --output-dir.
+Interrupted runs resume from their newest checkpoint when started again with the same --output-dir; a flag left
+out then keeps the value the run recorded in its preset.json (`train --output-dir RUN` alone continues RUN).
 """
 
 import argparse

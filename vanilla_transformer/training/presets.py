@@ -3,7 +3,7 @@
 of what it trained with, are `settings.TrainingSettings`."""
 
 import argparse
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from ..data.multi30k import MULTI30K
 from ..errors import SettingsError
@@ -143,5 +143,12 @@ PRESET_FLAGS: dict[str, str] = {
 
 
 def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
-    """The preset named by `--preset`, with the fields its flags gave replaced."""
-    return get_training_preset(args.preset, **{field: getattr(args, field) for field in PRESET_FLAGS})
+    """The preset named by `--preset` (default: demo), with the fields its flags gave replaced."""
+    return get_training_preset(args.preset or "demo", **{field: getattr(args, field) for field in PRESET_FLAGS})
+
+
+def preset_from_record(record: dict) -> TrainingPreset:
+    """The preset a run recorded in its preset.json (`settings.read_run_preset`)."""
+    values = {field.name: record[field.name] for field in fields(TrainingPreset)}
+    values["model_overrides"] = tuple(tuple(pair) for pair in values["model_overrides"])
+    return TrainingPreset(**values)

@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from datasets import Dataset
@@ -32,7 +32,7 @@ from ..data.tokenized import FilterReport
 from ..errors import SettingsError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
-from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments
+from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
 from .ranges import TRAINING_RANGES
 
 # corpora with more pairs than this learn their BPE from a seeded sample of this many (`run.tokenizer_sample`): WMT14
@@ -52,6 +52,8 @@ RECORDED = (
     "stream_buffer_pairs",
     "corpus_sha256",
 )
+# the recorded settings a run object takes as options (precision is `mixed_precision`'s; the digest is computed)
+OPTIONS = tuple(name for name in RECORDED if name not in ("precision", "corpus_sha256"))
 # the options only the accelerate loop (`train-no-trainer`) has
 LOOP_ONLY = ("gradient_accumulation_steps", "train_samples", "streaming")
 # The fields a resumed run may change: how long it runs and what it keeps, not what its updates so far did (the §5.3
@@ -110,19 +112,24 @@ class TrainingSettings:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, command: str) -> "TrainingSettings":
-        """The settings the flags of `train` or `train-no-trainer` give (`cli.arguments.add_training_arguments`)."""
+        """The settings the flags of `train` or `train-no-trainer` give (`cli.arguments.add_training_arguments`).
+
+        Resuming a run that recorded its settings (`--output-dir` holds a preset.json, and no `--preset` is given),
+        a flag left out keeps the value the run recorded, not the preset's default: `train --output-dir RUN` alone
+        continues the run as it was started, and `--max-steps 9000` beside it trains it longer. A flag given that
+        the run cannot take is refused by `check_record`, naming it."""
         options = {field.name for field in fields(cls) if field.init} - {"preset", "resume", "tokenizer_path"}
         given = {name: getattr(args, name) for name in options if getattr(args, name, None) is not None}
         if getattr(args, "bf16", False) or getattr(args, "fp16", False):
             given["mixed_precision"] = "bf16" if args.bf16 else "fp16"
         given["tokenizer_sample_pairs"] = getattr(args, "tokenizer_sample", None) or TOKENIZER_SAMPLE_PAIRS
-        return cls(
-            preset_from_arguments(args),
-            resume=not args.no_resume,
-            tokenizer_path=args.tokenizer,
-            command=command,
-            **given,
-        )
+        preset, record = preset_from_arguments(args), Path(args.output_dir) / "preset.json"
+        if args.preset is None and not args.no_resume and record.is_file():
+            recorded = read_run_preset(record)
+            flags = {name: getattr(args, name) for name in PRESET_FLAGS if getattr(args, name) is not None}
+            preset = replace(preset_from_record(recorded), **flags)
+            given = recorded_options(recorded.get("run", {})) | given
+        return cls(preset, resume=not args.no_resume, tokenizer_path=args.tokenizer, command=command, **given)
 
     @property
     def precision(self) -> str:
@@ -152,6 +159,16 @@ class TrainingSettings:
         _raise(problems(self, trainer))
         if trainer:
             _raise(checkpoint_problems(self))
+
+
+def recorded_options(run: dict) -> dict:
+    """The options a run recorded under "run" in its preset.json (`run_record`), as `TrainingSettings` takes them."""
+    options = {name: run[name] for name in RECORDED if run.get(name) is not None and name in OPTIONS}
+    if run.get("precision"):
+        options["mixed_precision"] = {"fp32": "no"}.get(run["precision"], run["precision"])
+    if run.get("stream_buffer_pairs"):
+        options["streaming"] = True
+    return options
 
 
 def run_flags(run: dict) -> str:
