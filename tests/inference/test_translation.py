@@ -288,6 +288,26 @@ def test_default_limit_is_input_length_plus_50():
     assert out.shape == (1, 1 + 3 + 50)  # not transformers' default of 20 new tokens
 
 
+def test_an_explicit_max_new_tokens_above_the_papers_limit_says_the_limit_still_applies():
+    model = tiny_model()
+    source = random_sources([3], seed=8)
+    for num_beams in (1, 2):  # transformers' greedy search with the stopping criterion, and the paper's beam search
+        with CaptureLogger(logging.get_logger(GENERATION_MODULE)) as captured:
+            out = model.generate(input_ids=torch.tensor(source), suppress_tokens=[EOS], num_beams=num_beams,
+                                 max_new_tokens=2000 + num_beams)  # fmt: skip
+        assert out.shape == (1, 1 + 3 + 50)  # input + 50, as the message says, not 2000
+        assert f"max_new_tokens={2000 + num_beams}, but the paper's limit of input length + 50 tokens" in captured.out
+        assert "max_new_tokens_over_input=None to lift it" in captured.out
+    lifted = model.generate(input_ids=torch.tensor(source), suppress_tokens=[EOS], num_beams=1, max_new_tokens=60,
+                            max_new_tokens_over_input=None)  # fmt: skip
+    assert lifted.shape == (1, 1 + 60)
+
+
+def test_generate_names_an_empty_batch():
+    with pytest.raises(ValueError, match=r"input_ids holds no sentences \(shape \(0, 4\)\): there is nothing"):
+        tiny_model().generate(input_ids=torch.zeros(0, 4, dtype=torch.long))
+
+
 # --- greedy and the HF form decode as transformers' own loops do -------------------------------------------
 
 

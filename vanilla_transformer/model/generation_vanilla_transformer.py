@@ -251,6 +251,11 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 check_token_ids(ids, size, name)
 
         max_new_tokens_per_row = None
+        if isinstance(source_ids, torch.Tensor) and source_ids.dim() == 2 and source_ids.shape[0] == 0:
+            raise ValueError(
+                f"input_ids holds no sentences (shape {tuple(source_ids.shape)}): there is nothing to translate; "
+                f"pass at least one."
+            )
         kwargs = self._with_source_padding_mask(inputs, kwargs)
         source_lengths = self._source_lengths(inputs, kwargs)
         if source_lengths is not None and bool((source_lengths == 0).any()):
@@ -306,8 +311,14 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             or getattr(self.generation_config, name, None) is not None
             for name in ("max_new_tokens", "max_length")
         )
+        longest = int(max_new_tokens_per_row.max())
+        asked = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))
+        if asked is not None and asked > longest:  # the caller asked for more than the paper's limit gives any sentence
+            logger.warning_once(
+                f"max_new_tokens={asked}, but the paper's limit of input length + {over_input} tokens (§6.1) still "
+                f"applies to each sentence ({longest} at most here); pass max_new_tokens_over_input=None to lift it."
+            )
         if not explicit_length:  # else transformers' default (20 new tokens) would cut the longer sentences
-            longest = int(max_new_tokens_per_row.max())
             if generation_config is None:
                 kwargs["max_new_tokens"] = longest
             else:
