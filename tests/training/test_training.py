@@ -1,6 +1,7 @@
 import pytest
 from datasets import Dataset
 
+from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenization import (
@@ -76,3 +77,21 @@ def test_train_sorts_the_corpus_into_batches_once(tmp_path, monkeypatch):
     preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, average_last=1)
     train(TrainingSettings(preset, tmp_path / "run", eval_samples=4, threads=1, report_to="none", progress=False))
     assert len(built) == 1  # sized the update and fed the Trainer's loader
+
+
+@pytest.mark.parametrize("given", ["runs/tokenizer", "empty", "not-json"])
+def test_a_tokenizer_that_does_not_load_is_named_in_one_line(given, tmp_path, monkeypatch, capsys):
+    """`--tokenizer` naming a folder that is not there (which transformers would look up on the Hub), an empty
+    folder, or one whose tokenizer.json is not JSON: one line naming it and the fix, not a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "not-json").mkdir()
+    (tmp_path / "not-json" / "tokenizer.json").write_text("not json")
+    flags = ["--max-steps", "1", "--save-steps", "1", "--average-last", "1", "--eval-samples", "2"]
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--preset", "demo", *flags, "--report-to", "none", "--output-dir", "run", "--tokenizer", given])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err, err[-2000:]
+    line = [line for line in err.splitlines() if line.startswith("error:")][-1]
+    assert line.startswith(f"error: {given} (") and "holds no tokenizer that loads" in line
+    assert "give a folder with tokenizer.json" in line

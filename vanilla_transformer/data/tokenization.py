@@ -113,7 +113,16 @@ def round_trip_failures(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]
 def load_tokenizer(name_or_path: str | Path, **kwargs) -> PreTrainedTokenizerBase:
     """`AutoTokenizer.from_pretrained`, minus what it records about this load (`LOAD_TIME_KEYS`), so that saving the
     tokenizer again (checkpoints, averaged models, releases) writes only the tokenizer's own settings."""
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
+    except Exception as error:  # tokenizers' parser raises a bare Exception for a tokenizer.json it cannot read
+        where = "a folder here" if Path(name_or_path).expanduser().is_dir() else "no folder here"
+        reason = " ".join(str(error).split())[:300]
+        raise DataError(
+            f"{name_or_path} ({where}) holds no tokenizer that loads ({type(error).__name__}: {reason}): give a folder "
+            f"with tokenizer.json (`vanilla-transformer train-tokenizer`'s output, or a run's tokenizer/), or a Hub id "
+            f"with the network reachable."
+        ) from error
     for key in LOAD_TIME_KEYS:
         tokenizer.init_kwargs.pop(key, None)
     return tokenizer
