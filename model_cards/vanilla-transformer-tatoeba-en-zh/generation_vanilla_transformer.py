@@ -311,8 +311,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             or getattr(self.generation_config, name, None) is not None
             for name in ("max_new_tokens", "max_length")
         )
-        longest = int(max_new_tokens_per_row.max())
         asked = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))
+        # one host read of the longest limit, only where it is used: the warning below, or the call's max_new_tokens
+        longest = int(max_new_tokens_per_row.max()) if asked is not None or not explicit_length else None
         if asked is not None and asked > longest:  # the caller asked for more than the paper's limit gives any sentence
             logger.warning_once(
                 f"max_new_tokens={asked}, but the paper's limit of input length + {over_input} tokens (§6.1) still "

@@ -182,8 +182,13 @@ def write_log(accelerator: Accelerator, output: Path, run: NoTrainerRun) -> None
     """`output/train_log.json` (main process): every update's loss and gradient norm, the evaluations, the last
     validation translations; written under another name and renamed, so a kill never leaves half a log."""
     if accelerator.is_main_process:
-        log = {"losses": run.losses, "grad_norms": run.grad_norms, "evaluations": run.evaluations}
-        write_text_atomic(output / LOG_FILE, json.dumps(log | {"predictions": run.predictions}, indent=1) + "\n")
+        log = {
+            "losses": run.losses,
+            "grad_norms": run.grad_norms,
+            "evaluations": run.evaluations,
+            "predictions": run.predictions,
+        }
+        write_text_atomic(output / LOG_FILE, json.dumps(log, indent=1) + "\n")
 
 
 @dataclass

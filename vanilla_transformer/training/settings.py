@@ -19,13 +19,15 @@ import argparse
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 
 from datasets import Dataset
 
 from ..data.batching import DEFAULT_BUFFER_PAIRS, dataset_lengths, longest_pair_problem
-from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, local_corpus
+from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, local_corpus
+from ..data.corpora import corpus_sha256 as content_digest
 from ..data.multi30k import holds_multi30k
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
@@ -101,12 +103,10 @@ class TrainingSettings:
     report_to: str = "tensorboard"
     progress: bool = True
     command: str = "train"  # the command final/ is marked as written by
-    corpus_sha256: str | None = field(default=None, init=False)  # a local corpus's content (`corpus_sha256`)
 
     def __post_init__(self) -> None:
         source_lang, target_lang = corpus_languages(self.preset.corpus, self.source_lang, self.target_lang)
         resolved = {"output_dir": Path(self.output_dir), "source_lang": source_lang, "target_lang": target_lang}
-        resolved["corpus_sha256"] = corpus_sha256(self.preset.corpus)
         for name, value in resolved.items():
             object.__setattr__(self, name, value)
 
@@ -123,13 +123,21 @@ class TrainingSettings:
         if getattr(args, "bf16", False) or getattr(args, "fp16", False):
             given["mixed_precision"] = "bf16" if args.bf16 else "fp16"
         given["tokenizer_sample_pairs"] = getattr(args, "tokenizer_sample", None) or TOKENIZER_SAMPLE_PAIRS
-        preset, record = preset_from_arguments(args), Path(args.output_dir) / "preset.json"
+        record = Path(args.output_dir) / "preset.json"
         if args.preset is None and not args.no_resume and record.is_file():
             recorded = read_run_preset(record)
             flags = {name: getattr(args, name) for name in PRESET_FLAGS if getattr(args, name) is not None}
             preset = replace(preset_from_record(recorded), **flags)
             given = recorded_options(recorded.get("run", {})) | given
+        else:
+            preset = preset_from_arguments(args)
         return cls(preset, resume=not args.no_resume, tokenizer_path=args.tokenizer, command=command, **given)
+
+    @cached_property
+    def corpus_sha256(self) -> str | None:
+        """A local corpus's content digest (`data.corpora.corpus_sha256`): read when the run is recorded, not when
+        the settings are built (a WMT-sized file is gigabytes, and preparing data alone needs no digest)."""
+        return content_digest(self.preset.corpus)
 
     @property
     def precision(self) -> str:
@@ -138,7 +146,7 @@ class TrainingSettings:
 
     def run_record(self) -> dict:
         """What the run records besides its preset (`RECORDED`), each of which changes its weights."""
-        values = asdict(self) | {"precision": self.precision}
+        values = asdict(self) | {"precision": self.precision, "corpus_sha256": self.corpus_sha256}
         values["stream_buffer_pairs"] = self.stream_buffer_pairs if self.streaming else None
         return {name: values[name] for name in RECORDED}
 
