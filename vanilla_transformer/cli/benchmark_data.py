@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .arguments import output_file_in_existing_folder
+from .arguments import output_dir, output_file_in_existing_folder
 
 
 def _pair_counts(text: str) -> list[int]:
@@ -32,7 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pairs", type=_pair_counts, default=[1_000_000, 4_500_000], help="corpus sizes, e.g. 1000000,4500000"
     )
-    parser.add_argument("--workdir", type=Path, required=True, help="a folder for the corpora, runs and caches")
+    parser.add_argument(
+        "--workdir",
+        type=output_dir,
+        required=True,
+        help="a new or empty folder for the corpora, runs, caches and logs (or one an earlier call made: its corpora "
+        "are reused, the rest replaced)",
+    )
     parser.add_argument("--preset", default="paper-base", choices=sorted(TRAINING_PRESETS))
     parser.add_argument("--streaming", action="store_true", help="also time a cold start with --streaming")
     parser.add_argument(
@@ -41,21 +47,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="more flags for train-no-trainer, in one string (e.g. '--tokens-per-update 8192 --threads 2')",
     )
     parser.add_argument(
-        "--output", default="benchmark-data.json", type=output_file_in_existing_folder, help="the JSON report"
+        "--output",
+        default=None,
+        type=output_file_in_existing_folder,
+        help="the JSON report (default: benchmark-data.json in --workdir)",
     )
 
 
 def run(args: argparse.Namespace) -> None:
     """Measure each corpus size in turn, writing the report after each."""
     from ..experiments.benchmark import machine_description
-    from ..experiments.data_benchmark import benchmark_data
+    from ..experiments.data_benchmark import benchmark_data, prepare_workdir
+    from ..files.outputs import check_output_file, write_text_atomic
 
+    workdir = Path(args.workdir)
+    output = Path(args.output) if args.output else workdir / "benchmark-data.json"
+    check_output_file(output)  # a file given with --output is replaced once the new report is whole
+    prepare_workdir(workdir)
     report = {"machine": machine_description("cpu"), "results": []}
     for pairs in args.pairs:
-        result = benchmark_data(
-            pairs, args.workdir, args.preset, tuple(args.train_flags.split()), streaming=args.streaming
-        )
+        result = benchmark_data(pairs, workdir, args.preset, tuple(args.train_flags.split()), streaming=args.streaming)
         report["results"].append(result)
-        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+        write_text_atomic(output, json.dumps(report, indent=2) + "\n")
         print(json.dumps(result, indent=2))
-    print(f"report written to {args.output}")
+    print(f"report written to {output}")

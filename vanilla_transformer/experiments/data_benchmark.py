@@ -208,6 +208,19 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     }
 
 
+def prepare_workdir(workdir: Path) -> None:
+    """Make `workdir` benchmark-data's own, or refuse it: a new or empty folder is marked as its work folder, one it
+    marked before is reused, anything else (a file, a folder of someone else's) is refused before anything is
+    written, since every call replaces the runs, caches and logs in it."""
+    from ..files.outputs import check_output_folder, write_marker
+
+    if workdir.exists() and not workdir.is_dir():
+        raise OutputError(f"--workdir {workdir} is a file: give a new or empty folder for the corpora and runs.")
+    check_output_folder(workdir, "benchmark-data", flag="--workdir")
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_marker(workdir, "benchmark-data", "benchmark-data")
+
+
 def benchmark_data(
     pairs: int,
     workdir: Path,
@@ -215,29 +228,22 @@ def benchmark_data(
     extra_flags: tuple[str, ...] = (),
     streaming: bool = False,
 ) -> dict:
-    """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir` (the corpus is
-    kept there and reused by a later call; the runs and caches are made anew)."""
-    run = workdir / f"run-{pairs}"
-    caches = workdir / f"caches-{pairs}"
-    made = [run, caches, workdir / f"stream-{pairs}"]
-    # the runs and caches of an earlier call are replaced; folders of those names that it did not make are refused
-    marker = workdir / f".benchmark-data-{pairs}"
-    if not marker.is_file() and any(folder.exists() for folder in made):
-        raise OutputError(
-            f"{workdir} holds {', '.join(f.name for f in made if f.exists())}, which benchmark-data did not make; "
-            f"give another --workdir."
-        )
+    """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir`, a folder
+    `prepare_workdir` accepted (the corpus is kept there and reused by a later call; the runs, caches and the
+    commands' logs are made anew)."""
+    run, caches, logs = workdir / f"run-{pairs}", workdir / f"caches-{pairs}", workdir / f"logs-{pairs}"
+    # the workdir is a folder benchmark-data made (`prepare_workdir`): the runs, caches and logs of an earlier call
+    # are replaced, its corpus reused
     corpus = workdir / f"corpus-{pairs}"
     shape = {}
     if not (corpus / "valid.de").is_file():
-        if corpus.exists() and any(corpus.iterdir()) and not marker.is_file():
-            raise OutputError(f"{corpus} holds files benchmark-data did not write; give another --workdir.")
+        shutil.rmtree(corpus, ignore_errors=True)  # one an earlier call was killed writing
         started = time.perf_counter()
         shape = write_synthetic_corpus(corpus, pairs)
         shape["write_corpus_s"] = time.perf_counter() - started
-    for folder in made:
+    for folder in (run, caches, logs, workdir / f"stream-{pairs}"):
         shutil.rmtree(folder, ignore_errors=True)
-    marker.touch()
+    logs.mkdir()
     env = {
         **os.environ,
         "HF_DATASETS_CACHE": str(caches / "datasets"),
@@ -250,13 +256,13 @@ def benchmark_data(
     command = [sys.executable, "-m", "vanilla_transformer", "train-no-trainer", *flags, "--output-dir", str(run)]
     marks = {"first_batch": r"parameters; ", "first_update": r"^step 1: loss"}
     report = {"pairs": pairs, "preset": preset, "flags": list(extra_flags), **shape}
-    report["cold"] = run_timed([*command, "--max-steps", "1"], env, marks, workdir / f"cold-{pairs}.log")
+    report["cold"] = run_timed([*command, "--max-steps", "1"], env, marks, logs / "cold.log")
     report["cache_bytes"] = {
         "datasets_arrow": folder_bytes(caches / "datasets"),
         "tokenized": folder_bytes(caches / "tokenized"),
     }
     restart_marks = {"resumed": r"^resuming from", "next_update": r"^step 2: loss"}
-    report["restart"] = run_timed([*command, "--max-steps", "2"], env, restart_marks, workdir / f"restart-{pairs}.log")
+    report["restart"] = run_timed([*command, "--max-steps", "2"], env, restart_marks, logs / "restart.log")
     # in a process of its own: the caches are found through the environment `datasets` reads when imported
     max_tokens = _flag(extra_flags, "--max-tokens") or _preset_max_tokens(preset)
     loader = [
@@ -280,7 +286,7 @@ def benchmark_data(
         # the cold run's tokenizer: a stream is never read whole, so it learns no BPE
         stream_flags = ["--streaming", "--tokenizer", str(run / "tokenizer"), "--max-steps", "1"]
         stream_command = [*command[:-1], str(stream_run), *stream_flags]
-        report["streaming"] = run_timed(stream_command, env, marks, workdir / f"streaming-{pairs}.log")
+        report["streaming"] = run_timed(stream_command, env, marks, logs / "streaming.log")
     return report
 
 

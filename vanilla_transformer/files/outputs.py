@@ -55,6 +55,7 @@ KINDS = {
     "release": "a release folder",
     "tokenizer": "a tokenizer folder",
     "training-run": "a training run",
+    "benchmark-data": "benchmark-data's work folder",
 }
 
 PathLike = str | os.PathLike
