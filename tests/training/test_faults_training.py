@@ -284,6 +284,28 @@ def test_a_hostile_pickle_in_a_checkpoint_is_refused_in_one_line_and_never_run(q
     assert not marker.exists()
 
 
+def test_the_loops_resume_with_dropout_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
+    # the demo preset's dropout (0.1) draws random numbers every update: a resume must draw the same ones
+    argv = ("train-no-trainer", *QUICK_ARGS, "--save-steps", "2", "--average-last", "2")
+    for output, steps in (("straight", "4"), ("resumed", "2"), ("resumed", "4")):
+        done = command(*argv, "--max-steps", steps, "--output-dir", output, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from" in done.stdout
+    straight, resumed = (load_file(tmp_path / name / "final" / "model.safetensors") for name in ("straight", "resumed"))
+    assert all(torch.equal(straight[name], resumed[name]) for name in straight)
+    # a hostile random state in the loop's checkpoint is refused in one line, and the run's record stays as it was
+    run = tmp_path / "resumed"
+    shutil.rmtree(run / "checkpoint-4")
+    record = (run / "preset.json").read_bytes()
+    marker = tmp_path / "the-pickle-ran"
+    subprocess.run(
+        [sys.executable, "-c", EVIL, str(run / "checkpoint-2" / "random_states_0.pkl"), str(marker)], check=True
+    )
+    done = command(*argv, "--max-steps", "6", "--output-dir", "resumed", cwd=tmp_path)
+    assert_one_line(done, "random_states_0.pkl holds pickled objects other than tensors", "never run")
+    assert not marker.exists() and (run / "preset.json").read_bytes() == record
+
+
 def test_fp16_on_a_machine_without_a_gpu_is_refused_not_ignored(tmp_path, monkeypatch, capsys):
     from vanilla_transformer.cli.main import main
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
+from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_pt_utils import safe_globals
 from transformers.utils import SAFE_WEIGHTS_NAME
 
@@ -57,11 +58,13 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
 
 def check_checkpoint_pickles(folder: str | Path) -> None:
     """Open every pickle a resume reads from `folder` (the Trainer's optimizer.pt, scheduler.pt, rng_state*.pth,
-    scaler.pt) as transformers does, with `torch.load(weights_only=True)`, before the Trainer does: a file holding
-    objects other than tensors (code, perhaps hostile) is refused here by name, never run. Memory-mapped, so the
-    optimizer state is not read into memory twice."""
-    for path in sorted(Path(folder).glob("*.pt*")):
-        if path.suffix not in (".pt", ".pth"):
+    scaler.pt; accelerate's optimizer.bin, scheduler.bin, random_states_N.pkl) with `torch.load(weights_only=True)`
+    (and transformers' numpy allowlist) before the Trainer or accelerate does: a file holding objects other than
+    tensors (code, perhaps hostile) is refused here by name, never run, where accelerate would skip a random state it
+    cannot read with a line at INFO level. Memory-mapped, so the optimizer state is not read into memory twice. The
+    Trainer's `training_args.bin`, which no resume reads, is left alone."""
+    for path in sorted(Path(folder).iterdir()):
+        if path.suffix not in (".pt", ".pth", ".bin", ".pkl") or path.name == TRAINING_ARGS_NAME:
             continue
         try:
             with safe_globals():  # numpy's RNG state, which transformers allows too

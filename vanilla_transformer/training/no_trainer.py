@@ -35,7 +35,12 @@ from ..files.outputs import (
 )
 from ..inference.scoring import IGNORED_LABEL_ID, score_translations
 from ..model.modeling_vanilla_transformer import own_class
-from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
+from .checkpoints import (
+    STAGING_PREFIX,
+    checkpoint_step,
+    list_checkpoints,
+    remove_stale_staging,
+)
 from .fsdp import shard_tied_embeddings
 from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
 from .run import PreparedRun, prepare_run, run_lock, start_run
@@ -351,6 +356,7 @@ def train_updates(
     model.train()
     # the loss and target tokens summed over the micro-batches of this process since the last update
     summed = torch.zeros(2, device=accelerator.device)
+    micro_batches = 0  # of the update under way, on this process
     while updates < preset.max_steps:
         # accelerate reaches a sampler's set_epoch only when it is not wrapped in its BatchSamplerShard; set ours
         if not streaming:
@@ -364,6 +370,12 @@ def train_updates(
         for batch in loader:
             if streaming:  # a loader accelerate did not prepare: its batches are on the CPU
                 batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+            if not micro_batches:
+                # dropout's random numbers drawn from (seed, update, process) alone, as fairseq seeds each update: a
+                # resume draws what the uninterrupted run drew, though its loader's new iterator took a number from
+                # the generator the checkpoint restored
+                torch.manual_seed(settings.seed + updates * accelerator.num_processes + accelerator.process_index)
+            micro_batches += 1
             with accelerator.accumulate(model):
                 labels = batch.pop("labels")
                 # no key/value cache, which the model fills without labels: a recomputed layer (FSDP's activation
@@ -390,6 +402,7 @@ def train_updates(
                 continue
             updates += 1
             summed.zero_()
+            micro_batches = 0
             run.losses.append(loss_sum / target_tokens)
             run.grad_norms.append(float(grad_norm))
             if updates % settings.log_steps == 0:

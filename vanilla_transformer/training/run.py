@@ -28,11 +28,11 @@ from ..errors import OutputError, SettingsError
 from ..files.outputs import check_not_an_input, check_output_folder, hold_lock, staged_folder
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .checkpoints import average_checkpoints, last_complete_checkpoint
+from .checkpoints import average_checkpoints, check_checkpoint_pickles, last_complete_checkpoint, list_checkpoints
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
-from .settings import TrainingSettings, check_record, check_tokenized
+from .settings import TrainingSettings, check_record, check_tokenized, write_record
 from .trainer import VanillaTransformerTrainer
 
 logger = logging.getLogger(__name__)
@@ -195,18 +195,28 @@ class PreparedRun:
 def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
     """The run's setup, on every process and under the run's lock (`run_lock`), for both training paths, in the
     order the data flows: the record of what it trains with (`check_record`, checked again now that no other run
-    can start in the folder, and written by the main process), the tokenizer and tokenized pairs
-    (`prepare_run_data`), the settings the data refuses (`check_tokenized`; a stream's pairs are checked as they are
-    read), the model, and its batches: token budgets of `preset.max_tokens` (the sampler, built once here),
-    `per_device_batch_size` pairs, or a stream, with `gradient_accumulation_steps` or else the accumulation that
-    reaches `preset.tokens_per_update` counted over all processes."""
-    preset = settings.preset
-    check_record(settings, write=state.is_main_process)
+    can start in the folder), the tokenizer and tokenized pairs (`prepare_run_data`), the settings the data refuses
+    (`check_tokenized`; a stream's pairs are checked as they are read), the model, the pickles of the checkpoint a
+    resume loads (`check_checkpoint_pickles`), the record written by the main process, and its batches: token
+    budgets of `preset.max_tokens` (the sampler, built once here), `per_device_batch_size` pairs, or a stream, with
+    `gradient_accumulation_steps` or else the accumulation that reaches `preset.tokens_per_update` counted over all
+    processes."""
+    preset, record = settings.preset, settings.output_dir / "preset.json"
+    # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
+    # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
+    check_record(settings, write=state.is_main_process and not record.is_file())
     data = prepare_run_data(state, settings)
     state.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
     if not settings.streaming:
         check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
     model = build_model(preset, data.tokenizer)
+    if settings.resume and settings.output_dir.is_dir():
+        # the checkpoint either path resumes from: the Trainer's newest complete one, the loop's newest
+        for checkpoint in {last_complete_checkpoint(settings.output_dir), *list_checkpoints(settings.output_dir)[-1:]}:
+            if checkpoint is not None:
+                check_checkpoint_pickles(checkpoint)
+    if state.is_main_process:
+        write_record(settings)
     sampler = None
     if settings.streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
         tokens_per_batch, pairs = preset.max_tokens, "a stream of pairs"

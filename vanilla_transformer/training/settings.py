@@ -411,9 +411,9 @@ def read_run_preset(path: str | Path) -> dict:
     return json.loads(json.dumps(defaults)) | json.loads(Path(path).read_text())
 
 
-def check_record(settings: TrainingSettings, write: bool) -> None:
-    """Refuse to continue a run in `output_dir` with other settings than it recorded, then (`write`: the main
-    process) write `settings.record()` to `output_dir/preset.json`, the record of what the run there trains with.
+def check_record(settings: TrainingSettings, write: bool = False) -> None:
+    """Refuse to continue a run in `output_dir` with other settings than it recorded, then (`write`) write
+    `settings.record()` to `output_dir/preset.json`, the record of what the run there trains with (`write_record`).
 
     A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the settings that run
     recorded, `RESUMABLE_FIELDS` aside (before its first checkpoint, only `TOKENIZER_FIELDS` and the corpus's content
@@ -466,7 +466,13 @@ def check_record(settings: TrainingSettings, write: bool) -> None:
                 f"settings in {record} ({free}), or give a new output directory."
             )
     if write:
-        output.mkdir(parents=True, exist_ok=True)
-        staging = record.with_name(f"{STAGING_PREFIX}{record.name}")
-        staging.write_text(json.dumps(new, indent=2) + "\n")
-        os.replace(staging, record)
+        write_record(settings)
+
+
+def write_record(settings: TrainingSettings) -> None:
+    """Write `settings.record()` to `output_dir/preset.json` whole (under another name, then renamed)."""
+    record = settings.output_dir / "preset.json"
+    settings.output_dir.mkdir(parents=True, exist_ok=True)
+    staging = record.with_name(f"{STAGING_PREFIX}{record.name}")
+    staging.write_text(json.dumps(settings.record(), indent=2) + "\n")
+    os.replace(staging, record)
