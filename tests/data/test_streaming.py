@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq
 
 from vanilla_transformer.data.streaming import StreamingTokenBatches
-from vanilla_transformer.data.text import read_lines
+from vanilla_transformer.data.text import count_lines, read_lines
 
 MAX_LENGTH, MAX_TOKENS, BUFFER = 24, 100, 37
 EMPTY_ROWS, LONG_ROWS, CONTROL_ROWS = (5, 50, 51), (7, 70), (9,)
@@ -241,11 +241,24 @@ def test_a_line_that_is_not_utf8_is_named(builtin_tokenizer, tmp_path):
         next(stream)
 
 
-def test_files_of_different_line_counts_are_refused(builtin_tokenizer, tmp_path):
-    (tmp_path / "train.en").write_text("a\nb\nc\nd\ne\n")
-    (tmp_path / "train.de").write_text("a\nb\nc\nd\n")
-    with pytest.raises(ValueError, match=r"train\.de ends after 4 lines but .*train\.en has more"):
-        next(iter(make_stream(tmp_path, builtin_tokenizer)))
+def test_files_of_different_line_counts_are_refused_before_a_pair_is_read(builtin_tokenizer, tmp_path):
+    # a line lost in the middle of one side: every later pair would be misaligned until the end of the file
+    lines = [f"sentence number {i}\n" for i in range(300)]
+    (tmp_path / "train.en").write_text("".join(lines))
+    (tmp_path / "train.de").write_text("".join(lines[:100] + lines[101:]))
+    with pytest.raises(ValueError, match=r"train\.en has 300 lines but .*train\.de has 299: .* line-aligned"):
+        make_stream(tmp_path, builtin_tokenizer)
+    (tmp_path / "train.de").write_text("".join(lines).removesuffix("\n"))  # no final line end: still 300 lines
+    assert count_lines(tmp_path / "train.de") == 300 == len(read_lines(tmp_path / "train.de"))
+    make_stream(tmp_path, builtin_tokenizer)
+
+
+def test_a_buffer_smaller_than_one_batch_is_warned_of(builtin_tokenizer, text_corpus, caplog):
+    next(iter(make_stream(text_corpus, builtin_tokenizer, buffer_pairs=1)))
+    assert "a stream buffer of 1 pairs holds" in caplog.text and "raise --stream-buffer-pairs" in caplog.text
+    caplog.clear()
+    next(iter(make_stream(text_corpus, builtin_tokenizer)))
+    assert "stream buffer" not in caplog.text
 
 
 def test_a_corpus_without_usable_pairs_raises_instead_of_looping(builtin_tokenizer, tmp_path):

@@ -2,6 +2,7 @@
 hold, and refused where it cannot run."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from safetensors.torch import load_file
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenization import save_tokenizer
 from vanilla_transformer.errors import SettingsError
+from vanilla_transformer.training.checkpoints import list_checkpoints
 from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.settings import TrainingSettings
@@ -79,3 +81,20 @@ def test_stream_buffer_pairs_without_streaming_is_a_usage_error(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2 and "--stream-buffer-pairs sizes the buffer of --streaming" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_stream_whose_side_lost_a_line_is_refused_before_an_update(stream_corpus, tmp_path, capsys):
+    from vanilla_transformer.cli.main import main
+
+    corpus, tokenizer = stream_corpus
+    broken = tmp_path / "broken"
+    shutil.copytree(corpus, broken)
+    lines = (broken / "train.de").read_text(encoding="utf-8").splitlines(keepends=True)
+    (broken / "train.de").write_text("".join(lines[:60] + lines[61:]), encoding="utf-8")
+    argv = ["train-no-trainer", "--preset", "demo", "--corpus", str(broken), "--valid-split", "valid", "--streaming"]
+    argv += ["--tokenizer", str(tokenizer), "--max-steps", "2", "--threads", "1", "--output-dir", str(tmp_path / "run")]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "train.en has 120 lines but" in error and "train.de has 119" in error
+    assert not list_checkpoints(tmp_path / "run") and not (tmp_path / "run" / "final").exists()

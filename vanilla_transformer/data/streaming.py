@@ -10,6 +10,7 @@ a checkpoint and exact to resume from (`StreamingTokenBatches.state_dict`).
 
 import json
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import chain, islice
@@ -23,7 +24,7 @@ from ..errors import DataError
 from .batching import DEFAULT_BUFFER_PAIRS, length_sorted_batches
 from .corpora import BUILTIN, MULTI30K, find_split
 from .multi30k import multi30k_dir
-from .text import decode_line
+from .text import count_lines, decode_line
 from .tokenized import mostly_control_characters
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,15 @@ class StreamingTokenBatches(IterableDataset):
             for path in self.paths:
                 if not path.is_file():
                     raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in it.")
+            # counted before the first pair is read: a line lost in the middle of one side would pair every later
+            # sentence with the wrong translation, and reading side by side would see it only at the end of the file
+            counts = [count_lines(path) for path in self.paths]
+            if counts[0] != counts[1]:
+                raise DataError(
+                    f"{self.paths[0]} has {counts[0]} lines but {self.paths[1]} has {counts[1]}: the two sides of a "
+                    f"parallel corpus must be line-aligned, and pairs after a lost or added line would be "
+                    f"mistranslations of each other; repair the files (e.g. compare them with `wc -l`)."
+                )
             self.stream = None
             identity = {"files": {path.name: path.stat().st_size for path in self.paths}}
             start = {"row": 0, "source_offset": 0, "target_offset": 0}
@@ -282,6 +292,7 @@ class StreamingTokenBatches(IterableDataset):
         }
         self.epoch = 0  # the epoch of the last batch yielded
         self.report = StreamReport()  # the current pass's, up to the buffer last read
+        self._warned_small_buffer = False
 
     def state_dict(self) -> dict:
         """The position after the last batch yielded (JSON-serializable; each process saves its own): `epoch`,
@@ -339,6 +350,8 @@ class StreamingTokenBatches(IterableDataset):
                     pairs = self._pairs(self._pass_start)
                     continue
                 end, mine = pairs.position(), self._batches(kept, epoch, buffer)
+                if end["row"] - start["row"] == self.buffer_pairs:
+                    self._check_buffer_size(kept)
                 for index in range(taken, len(mine)):
                     if index + 1 < len(mine):
                         self._position = {"epoch": epoch, "buffer": buffer, "start": start, "taken": index + 1}
@@ -370,6 +383,24 @@ class StreamingTokenBatches(IterableDataset):
             lengths = np.concatenate([piece[side][1] for piece in pieces])
             sides += [ids, np.concatenate([[0], np.cumsum(lengths)])]
         return _Buffer(*sides)
+
+    def _check_buffer_size(self, kept: _Buffer) -> None:
+        """Warn (once) of a full buffer that holds fewer tokens than one batch: every batch is then the whole buffer,
+        a fraction of `max_tokens` (a buffer of one pair makes an update of one pair)."""
+        tokens = int(kept.source_bounds[-1] + kept.target_bounds[-1])
+        if tokens < self.max_tokens and not self._warned_small_buffer:
+            self._warned_small_buffer = True
+            per_pair = tokens / max(len(kept.source_bounds) - 1, 1)
+            logger.warning(
+                "a stream buffer of %d pairs holds %d tokens, less than one batch of max_tokens=%d: every batch is "
+                "the whole buffer; raise --stream-buffer-pairs to %d or more (a hundred batches' worth), or leave it "
+                "out (%s)",
+                self.buffer_pairs,
+                tokens,
+                self.max_tokens,
+                math.ceil(100 * self.max_tokens / max(per_pair, 1)),
+                f"{DEFAULT_BUFFER_PAIRS:,}",
+            )
 
     def _encode(self, chunk: list[tuple[str, str]], first_row: int, report: StreamReport) -> tuple:
         """The ids and lengths of a chunk's kept pairs, each side's ids end to end: `((ids, lengths), (ids,

@@ -57,6 +57,17 @@ def decode_line(raw: bytes, name: str, number: int) -> str:
     return line.removesuffix("\n").removesuffix("\r")
 
 
+def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:
+    """The number of lines `read_lines` would return, counted in constant memory (`\n`s, plus a last line without
+    one), without decoding: ~1 s a GB from the page cache."""
+    lines, last = 0, b"\n"
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")
+
+
 def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
     """Write one line per item to `path` (UTF-8, `\n` line ends) or to `stream`, so that line N of the output
     belongs to line N of the input. Line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise
