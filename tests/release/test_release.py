@@ -513,3 +513,27 @@ def test_every_release_folder_records_its_own_tokenizers_fingerprint():
     for folder in folders:
         config = json.loads((folder / "config.json").read_text())
         assert config.get("tokenizer_fingerprint") == tokenizer_fingerprint(load_tokenizer(folder)), folder.name
+
+
+def test_a_release_scored_on_other_files_than_multi30ks_says_so_and_how_to_repeat_it(multi30k, tmp_path, capsys):
+    run_dir, data_dir = tmp_path / "run", tmp_path / "first-20"
+    (run_dir / "checkpoint-1").mkdir(parents=True)
+    for path in RELEASE.iterdir():
+        if path.name not in ("README.md", "results.json"):
+            shutil.copy2(path, run_dir / "checkpoint-1" / path.name)
+    (run_dir / "checkpoint-1" / "trainer_state.json").write_text('{"global_step": 1, "epoch": 0.01}')
+    (run_dir / "preset.json").write_text(json.dumps(run_record("multi30k"), indent=2) + "\n")
+    (data_dir / "tok").mkdir(parents=True)
+    for split in ("valid", "test2016", "test2017"):
+        for name in (f"{split}.en", f"{split}.de", f"tok/{split}.lc.norm.tok.de"):
+            (data_dir / name).write_text("\n".join(read_lines(multi30k / name)[:20]) + "\n", encoding="utf-8")
+    argv = ["release", "--run-dir", str(run_dir), "--output-dir", str(tmp_path / "release"), "--last", "1"]
+    argv += ["--train-hours", "0.1", "--hardware", "a test"]
+    main([*argv, "--data-dir", str(data_dir)])
+    capsys.readouterr()
+    card = (tmp_path / "release" / "README.md").read_text()
+    assert "1,000 each" not in card and "not on Multi30k's official files" in card
+    assert "valid: 20 pairs, test2016: 20 pairs, test2017: 20 pairs" in card
+    assert "--output-dir release --data-dir first-20 --last 1" in card
+    assert "Multi30k Task 1 test2016 (not the official files)" in card
+    assert ReleaseData().record() == {"dataset": "multi30k", "languages": ["en", "de"]}  # the official files

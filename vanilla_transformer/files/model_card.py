@@ -107,9 +107,11 @@ def card_metadata(
     dataset: str,
     languages: tuple[str, str],
     license: str,  # noqa: A002
+    other_files: bool = False,
 ) -> ModelCardData:
     """The card's YAML metadata: languages, license (the data's terms where it has them), tags, datasets and the
-    `model-index` results of every split scored whole (a split like `test2016[:50]` is left out of the index)."""
+    `model-index` results of every split scored whole (a split like `test2016[:50]` is left out of the index), named
+    as scored on other than the official files where `other_files`."""
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
     eval_results = []
@@ -124,7 +126,7 @@ def card_metadata(
                 task_type="translation",
                 task_name=f"Translation {source.capitalize()}-{target.capitalize()}",
                 dataset_type=dataset,
-                dataset_name=f"{title[0].upper()}{title[1:]} {split}",
+                dataset_name=f"{title[0].upper()}{title[1:]} {split}" + (" (not the official files)" * other_files),
                 dataset_split=split,
                 dataset_config=f"{source}-{target}",
                 metric_type=metric,
@@ -191,7 +193,7 @@ def render_model_card(
         }
         for split, scores in results.items()
     ]
-    card_data = card_metadata(name, results, dataset, languages, license)
+    card_data = card_metadata(name, results, dataset, languages, license, bool((data or {}).get("other_files")))
     signatures = [scores["signature"] for scores in results.values() if scores.get("signature")]
     bleu_tokenizer = next((part[4:] for part in (signatures or [""])[0].split("|") if part.startswith("tok:")), "13a")
     # trim_blocks/lstrip_blocks: the template's {% %} lines leave no blank lines; StrictUndefined: a misspelt

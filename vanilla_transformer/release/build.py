@@ -13,7 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from ..data.anki import ATTRIBUTION, SPLITS
 from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, load_corpus, sides
-from ..data.multi30k import holds_multi30k, multi30k_dir
+from ..data.multi30k import GUNZIPPED, holds_multi30k, multi30k_dir
 from ..data.text import read_lines
 from ..data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint
 from ..errors import SettingsError
@@ -152,7 +152,14 @@ class ReleaseData:
         sizes and number of Tatoeba contributors (the third column credits each pair's sentences to their users)."""
         record = {"dataset": "multi30k", "languages": [self.source_lang, self.target_lang]}
         if not self.corpus_file:
-            return record
+            # a --data-dir of other files than the official ones (a subset, another version): the card says so
+            folder = multi30k_dir(self.data_dir, languages=(self.source_lang, self.target_lang))
+            splits = ("valid", *self.test_splits)
+            names = [f"{split}.{lang}" for split in splits for lang in (self.source_lang, self.target_lang)]
+            if all(name in GUNZIPPED for name in names) and holds_multi30k(folder, names):
+                return record
+            pairs = {split: len(read_lines(folder / f"{split}.{self.source_lang}")) for split in splits}
+            return record | {"other_files": {"folder": folder.name, "pairs": pairs}}
         path = Path(self.corpus_file)
         splits = {split: load_corpus(str(path), split, self.source_lang, self.target_lang) for split in SPLITS}
         users = {
@@ -356,6 +363,8 @@ def write_release(
     languages = language_flags(*data["languages"])
     if "file" in data:  # the card's reader has the file under its own name, not at this machine's path
         run_preset = run_preset | {"corpus": data["file"]}
+    if "other_files" in data:  # scored on a --data-dir of other files than the official ones
+        release_flags = f" --data-dir {data['other_files']['folder']}{release_flags}"
     reproduce = [
         train_command(run_preset, run_dir, *data["languages"]),
         f"vanilla-transformer release --run-dir {run_dir} --output-dir {release.name}{languages}" + release_flags,
