@@ -306,3 +306,14 @@ def test_a_split_of_an_anki_file_is_translated_and_scored_in_its_target_language
     with pytest.raises(OutputError, match="corpus file"):
         evaluate_model_on_split(str(tmp_path / "model"), "valid", source_lang="en", target_lang="zh",
                                 corpus_file=corpus, output_hypotheses=corpus)  # fmt: skip
+
+
+def test_a_model_is_scored_only_in_the_direction_it_records(tatoeba, capsys):
+    from vanilla_transformer.cli.main import main
+
+    release = REPO / "model_cards" / "vanilla-transformer-tatoeba-en-zh"  # results.json records en, zh
+    argv = ["evaluate", "--model", str(release), "--split", "test", "--corpus-file", str(tatoeba)]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--source-lang", "zh", "--target-lang", "en"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and "translates en→zh" in error and "--source-lang en --target-lang zh" in error

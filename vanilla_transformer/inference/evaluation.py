@@ -6,6 +6,8 @@ from ..data.corpora import load_corpus, sides
 from ..data.multi30k import multi30k_dir
 from ..data.text import read_lines, write_lines
 from ..data.tokenization import lowercases
+from ..errors import SettingsError
+from ..files.loading import recorded_languages
 from ..files.outputs import check_output_file, staged_file
 from .scoring import score_translations
 from .translation import load_translator
@@ -68,6 +70,13 @@ def evaluate_model_on_split(
         tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
 
     translator = load_translator(model_name_or_path, engine, dtype=dtype)
+    recorded = recorded_languages(model_name_or_path)  # after loading: a Hub model's files are in the cache then
+    if recorded and recorded[:2] != (source_lang, target_lang):
+        raise SettingsError(
+            f"{model_name_or_path} translates {recorded[0]}→{recorded[1]} ({recorded[2]} records it), but the split "
+            f"would be scored as {source_lang}→{target_lang}, which it was never trained for: give --source-lang "
+            f"{recorded[0]} --target-lang {recorded[1]}."
+        )
     if length_penalty is None:
         length_penalty = translator.length_penalty
     hypotheses = translator.translate(
