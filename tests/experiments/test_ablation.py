@@ -74,7 +74,7 @@ def test_grid_files_and_their_mistakes(tmp_path):
     path.write_text(json.dumps([{"name": "x", "changes": {"heads": 2}}]))
     with pytest.raises(ValueError, match=r"row 'x' changes \['heads'\], which are neither fields"):
         check_grid(preset, load_grid(path))
-    path.write_text(json.dumps([{"name": "x"}, {"name": "x"}]))
+    path.write_text(json.dumps([{"name": "x", "changes": {"dropout": 0}}, {"name": "x", "changes": {"dropout": 0}}]))
     with pytest.raises(ValueError, match=r"names rows \['x'\] more than once"):
         check_grid(preset, load_grid(path))
     path.write_text(json.dumps([{"name": "x", "changes": {"encoder_attention_heads": 3}}]))
@@ -83,6 +83,25 @@ def test_grid_files_and_their_mistakes(tmp_path):
     path.write_text("{'name': 'x'}")
     with pytest.raises(ValueError, match="is not JSON"):
         load_grid(path)
+
+
+def test_a_grid_row_with_a_misspelt_key_or_no_changes_is_refused_by_the_command(tmp_path, capsys):
+    from vanilla_transformer.cli.main import main
+
+    path = tmp_path / "grid.json"
+    cases = [
+        ([{"name": "h=1", "chagnes": {"encoder_attention_heads": 1}}], "row 1 ('h=1'): unknown key(s) ['chagnes']"),
+        ([{"name": "h=1"}], "row 1 ('h=1'): no changes: it would train the base model"),
+        ([{"name": "h=1", "changes": [["dropout", 0]]}], "row 1 ('h=1'): 'changes' must be an object"),
+        ([{"name": "base"}, {"name": "s", "seed": "1", "changes": {"dropout": 0}}], "row 2 ('s'): 'seed' must be"),
+    ]
+    for grid, expected in cases:
+        path.write_text(json.dumps(grid))
+        with pytest.raises(SystemExit) as exited:
+            main(["ablate", "--preset", "demo", "--grid", str(path), "--output-dir", str(tmp_path / "grid")])
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert exited.value.code == 2 and expected in error, error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.json"]
 
 
 def test_a_grid_folder_refuses_other_settings_and_strangers_folders(tmp_path):

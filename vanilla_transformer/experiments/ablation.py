@@ -115,19 +115,41 @@ def table3_grid(preset: TrainingPreset, seeds: int = 1) -> list[AblationRow]:
     return rows
 
 
+# what a grid file's row may hold: its key, the JSON type, and that type as the message names it
+ROW_KEYS = {
+    "name": (str, "a string"),
+    "group": (str, "a string"),
+    "changes": (dict, "an object"),
+    "seed": (int, "an integer"),
+}
+
+
 def load_grid(path: str | Path) -> list[AblationRow]:
     """A grid from a JSON file: a list of `{"name": ..., "changes": {field: value, ...}}`, optionally with `"group"`
-    and `"seed"`; the row named `base` (with no changes) is added first when the file has none."""
+    and `"seed"`; the row named `base` (with no changes) is added first when the file has none. A row with another
+    key (a misspelt `"changes"` would train the base model under the row's name), a value of the wrong type or no
+    changes (other than `base`) is refused, naming the row."""
     try:
         entries = json.loads(Path(path).read_text())
     except json.JSONDecodeError as error:
         raise DataError(f"the grid file {path} is not JSON ({error}); write a list of rows.") from error
+    example = '{"name": "h=16", "changes": {"encoder_attention_heads": 16, "decoder_attention_heads": 16}}'
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
-        raise DataError(f'the grid file {path} must hold a list of rows like {{"name": "h=16", "changes": {{...}}}}.')
+        raise DataError(f"the grid file {path} must hold a list of rows like {example}.")
+    for number, entry in enumerate(entries, start=1):
+        unknown = sorted(set(entry) - set(ROW_KEYS))
+        wrong = [
+            f"{key!r} must be {described}"
+            for key, (kind, described) in ROW_KEYS.items()
+            if key in entry and (not isinstance(entry[key], kind) or isinstance(entry[key], bool))
+        ]
+        unchanged = entry.get("name") != "base" and not entry.get("changes")
+        if unknown or wrong or unchanged:
+            problems = [f"unknown key(s) {unknown} (a row has {', '.join(ROW_KEYS)})"] if unknown else []
+            problems += wrong + (["no changes: it would train the base model under another name"] * unchanged)
+            raise DataError(f"the grid file {path}, row {number} ({entry.get('name')!r}): {'; '.join(problems)}.")
     rows = [
-        AblationRow(
-            str(e["name"]), str(e.get("group", e["name"])), tuple(e.get("changes", {}).items()), e.get("seed", 0)
-        )
+        AblationRow(e["name"], e.get("group", e["name"]), tuple(e.get("changes", {}).items()), e.get("seed", 0))
         for e in entries
     ]
     if not any(row.name == "base" for row in rows):
