@@ -351,3 +351,14 @@ def test_a_full_disk_reported_by_a_native_writer_is_a_user_error():
             "there is kept"
         )
     assert user_error_message(RuntimeError("I/O error: entity not found (os error 2)")) is None  # a bug, not a disk
+
+
+def test_vocab_size_beside_a_given_tokenizer_is_refused_not_ignored(tmp_path, builtin_tokenizer, capsys):
+    builtin_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    for command in ("train", "train-no-trainer"):
+        argv = [command, "--tokenizer", str(tmp_path / "tokenizer"), "--vocab-size", "500"]
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--output-dir", str(tmp_path / "run")])
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert exited.value.code == 2 and "--vocab-size 500 sizes the BPE a run learns" in error
+    assert not (tmp_path / "run").exists()

@@ -31,7 +31,7 @@ from ..data.corpora import corpus_sha256 as content_digest
 from ..data.multi30k import holds_multi30k
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
-from ..errors import SettingsError
+from ..errors import SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
@@ -118,6 +118,11 @@ class TrainingSettings:
         a flag left out keeps the value the run recorded, not the preset's default: `train --output-dir RUN` alone
         continues the run as it was started, and `--max-steps 9000` beside it trains it longer. A flag given that
         the run cannot take is refused by `check_record`, naming it."""
+        if args.tokenizer is not None and args.vocab_size is not None:
+            raise UsageError(
+                f"--vocab-size {args.vocab_size} sizes the BPE a run learns, but --tokenizer {args.tokenizer} brings "
+                f"its own vocabulary, which the model takes: leave --vocab-size out (or --tokenizer, to learn one)."
+            )
         options = {field.name for field in fields(cls) if field.init} - {"preset", "resume", "tokenizer_path"}
         given = {name: getattr(args, name) for name in options if getattr(args, name, None) is not None}
         if getattr(args, "bf16", False) or getattr(args, "fp16", False):
