@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +110,41 @@ def test_worker_processes_give_the_same_rows_and_report(tmp_path, builtin_tokeni
     assert workers_report == alone_report and alone_report.empty == [7] and alone_report.too_long
     assert workers[:] == alone[:]
     assert np.array_equal(dataset_lengths(workers)[0], dataset_lengths(alone)[0])
+
+
+LEAVE_PARTIALS = """
+import sys
+import os
+import subprocess
+import sys
+from pathlib import Path
+from vanilla_transformer.data.staging import partial_path
+tokenized, arrow = partial_path(Path(sys.argv[1])), partial_path(Path(sys.argv[2]))
+tokenized.mkdir(parents=True)
+(tokenized / "encoded.arrow").write_bytes(b"half a corpus")
+arrow.parent.mkdir(parents=True)
+arrow.write_bytes(b"half a corpus")
+"""
+
+
+@pytest.mark.slow
+def test_what_a_killed_cache_build_left_is_removed_by_the_next_command(tmp_path):
+    from vanilla_transformer.data.staging import partial_path
+
+    pairs = [(pair["en"], pair["de"]) for pair in load_builtin("valid")["translation"]]
+    corpus = write_corpus(tmp_path / "corpus", pairs[:250])
+    write_corpus(corpus, pairs[250:], split="valid")
+    tokenized, datasets_cache = tmp_path / "tokenized", tmp_path / "datasets"
+    env = dict(os.environ, VANILLA_TRANSFORMER_TOKENIZED_CACHE=str(tokenized), HF_DATASETS_CACHE=str(datasets_cache))
+    text = datasets_cache / "vanilla_transformer" / "text"
+    # a process that dies while writing both caches (as a SIGKILL leaves them), and one that is still writing
+    subprocess.run([sys.executable, "-c", LEAVE_PARTIALS, str(tokenized / "a"), str(text / "b.arrow")], check=True)
+    killed = sorted(tokenized.iterdir()) + sorted(text.iterdir())
+    live = partial_path(tokenized / "c")
+    live.mkdir()
+    argv = ["train-no-trainer", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid"]
+    argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1", "--output-dir", str(tmp_path / "run")]
+    done = subprocess.run([sys.executable, "-m", "vanilla_transformer", *argv], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(killed) == 2 and not any(path.exists() for path in killed) and live.is_dir()
+    assert "left by a process that was killed while writing it" in done.stderr

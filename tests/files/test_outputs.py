@@ -17,11 +17,11 @@ import pytest
 from conftest import run_in_process, script_main, tiny_model
 
 from vanilla_transformer.cli.main import main
+from vanilla_transformer.data.staging import writer_tag
 from vanilla_transformer.data.tokenization import save_tokenizer
 from vanilla_transformer.errors import OutputError
 from vanilla_transformer.files.outputs import (
     MARKER_NAME,
-    _writer_tag,
     check_not_an_input,
     check_output_folder,
     read_marker,
@@ -566,7 +566,7 @@ def test_staging_left_by_a_killed_command_is_removed_by_the_next_one(run_dir, tm
     [killed] = staged_leftovers(tmp_path)
     assert not output.exists() and (killed / "model.safetensors").read_bytes() == b"half"
     # what a live writer (this process) or one on another machine (a shared disk) is writing stays
-    live = tmp_path / f".averaged-{_writer_tag()}-abc12345.staged"
+    live = tmp_path / f".averaged-{writer_tag()}-abc12345.staged"
     elsewhere = tmp_path / ".averaged-otherhost-1-abc12345.staged"
     older = tmp_path / ".averaged-k2j4h5g6.staged"  # the hidden name of versions that named no writer
     for folder in (live, elsewhere, older):

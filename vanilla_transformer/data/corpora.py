@@ -23,7 +23,8 @@ from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, multi30k_dir
-from .text import decode_line
+from .staging import partial_path, remove_killed_partials
+from .text import count_lines, decode_line
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
     key = [TEXT_FORMAT, source_lang, target_lang, *(corpus_sha256(str(path)) for path in paths)]
     arrow = text_cache_root() / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}.arrow"
     if not arrow.is_file():  # an Arrow file of these contents was line-aligned when written: count only here
-        counts = [_count_lines(path) for path in paths]
+        counts = [count_lines(path) for path in paths]
         if counts[0] != counts[1]:
             raise DataError(
                 f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel "
@@ -70,7 +71,8 @@ def _write_pairs_arrow(paths: list[Path], languages: tuple[str, str], arrow: Pat
     """The pairs of two line-aligned files as one `translation` struct column in an Arrow stream file."""
     schema = pa.schema([("translation", pa.struct([(lang, pa.string()) for lang in languages]))])
     arrow.parent.mkdir(parents=True, exist_ok=True)
-    staging = arrow.with_name(f".{arrow.name}.{os.getpid()}.partial")
+    remove_killed_partials(arrow.parent)  # what a killed conversion left: a whole corpus's text, at WMT's size
+    staging = partial_path(arrow)
     try:
         with paths[0].open("rb") as sources, paths[1].open("rb") as targets, pa.OSFile(str(staging), "wb") as sink:
             with pa.ipc.new_stream(sink, schema) as writer:
@@ -97,16 +99,6 @@ def _check_text_file(path: Path) -> None:
         raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
-
-
-def _count_lines(path: Path) -> int:
-    """The lines of a file as `read_lines` counts them (a last line without `\n` counts), read in blocks."""
-    count, last = 0, b"\n"
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
 
 
 def load_builtin(split: str, seed: int = 0) -> Dataset:

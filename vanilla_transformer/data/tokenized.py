@@ -20,6 +20,7 @@ import numpy as np
 from datasets import Dataset, Features, List, Value, load_from_disk
 
 from .batching import SOURCE_LENGTH, TARGET_LENGTH
+from .staging import partial_path, remove_killed_partials
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,8 @@ def tokenize_pairs(
     encode, features = _encoder(tokenizer, source_lang, target_lang, max_length, id_type)
     staging = None
     if folder is not None:
-        staging = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+        remove_killed_partials(folder.parent)  # what a killed build left: gigabytes at WMT's size
+        staging = partial_path(folder)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     try:

@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
@@ -39,6 +38,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..data.staging import process_alive, writer_tag
 from ..errors import OutputError, VanillaTransformerError
 
 logger = logging.getLogger(__name__)
@@ -224,33 +224,16 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def _writer_tag() -> str:
-    """This process as a staging name carries it: host and process id, so a later run can tell a live writer's
-    staging from a killed one's."""
-    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:24] or "host"
-    return f"{host}-{os.getpid()}"
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def remove_abandoned_staging(destination: PathLike) -> list[Path]:
     """Remove the hidden staged and replaced copies of `destination` (beside it) that a killed command left: those
-    whose writer, named in the hidden name (`_writer_tag`), ran on this host and is gone, and those of older versions
-    that named no writer. A live writer's, or one on another host (a shared disk), is kept. Returns what it removed,
-    each logged."""
+    whose writer, named in the hidden name (`data.staging.writer_tag`), ran on this host and is gone, and those of
+    older versions that named no writer. A live writer's, or one on another host (a shared disk), is kept. Returns
+    what it removed, each logged."""
     destination = Path(destination)
     folder = destination.parent
     if not folder.is_dir():
         return []
-    host = _writer_tag().rsplit("-", 1)[0]
+    host = writer_tag().rsplit("-", 1)[0]
     pattern = re.compile(
         rf"^\.{re.escape(destination.name)}-(?:([A-Za-z0-9]+)-(\d+)-)?[0-9a-z_]+"
         rf"({re.escape(STAGED_SUFFIX)}|{re.escape(REPLACED_SUFFIX)})(\.\w+)?$"
@@ -261,7 +244,7 @@ def remove_abandoned_staging(destination: PathLike) -> list[Path]:
         if not match:
             continue
         writer_host, pid = match.group(1), match.group(2)
-        if writer_host is not None and (writer_host != host or _process_alive(int(pid))):
+        if writer_host is not None and (writer_host != host or process_alive(int(pid))):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -296,7 +279,7 @@ def _replace_folder(staging: Path, destination: Path) -> None:
     folder is in place; if the second rename fails, it is put back."""
     replaced = None
     if os.path.lexists(destination):
-        replaced = destination.with_name(f".{destination.name}-{_writer_tag()}-{uuid.uuid4().hex[:8]}{REPLACED_SUFFIX}")
+        replaced = destination.with_name(f".{destination.name}-{writer_tag()}-{uuid.uuid4().hex[:8]}{REPLACED_SUFFIX}")
         os.rename(destination, replaced)
     try:
         os.rename(staging, destination)
@@ -320,7 +303,7 @@ def begin_staged_folder(destination: PathLike, name: str | None = None) -> Path:
     destination.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(destination)
     if name is None:
-        prefix = f".{destination.name}-{_writer_tag()}-"
+        prefix = f".{destination.name}-{writer_tag()}-"
         return Path(tempfile.mkdtemp(prefix=prefix, suffix=STAGED_SUFFIX, dir=destination.parent))
     staging = destination.parent / name
     shutil.rmtree(staging, ignore_errors=True)
@@ -383,7 +366,7 @@ def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "")
     created = _missing_parents(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(path)
-    prefix = f".{path.name}-{_writer_tag()}-"
+    prefix = f".{path.name}-{writer_tag()}-"
     descriptor, name = tempfile.mkstemp(prefix=prefix, suffix=STAGED_SUFFIX + suffix, dir=path.parent)
     os.close(descriptor)
     staging = Path(name)
