@@ -5,6 +5,7 @@ run folder without checkpoints) end the same way, while `--debug` shows their tr
 Most cases run the parser in this process; a few run the real command line in a subprocess, as a user would."""
 
 import argparse
+import errno
 import json
 import os
 import subprocess
@@ -351,6 +352,12 @@ def test_a_full_disk_reported_by_a_native_writer_is_a_user_error():
             "there is kept"
         )
     assert user_error_message(RuntimeError("I/O error: entity not found (os error 2)")) is None  # a bug, not a disk
+    # a read-only mount has no space to free: the fix is another place
+    read_only = OSError(errno.EROFS, "Read-only file system", "/cache/x")
+    assert user_error_message(read_only) == (
+        "error: Read-only file system writing /cache/x: the file system is mounted read-only; choose a writable "
+        "folder (or point the cache elsewhere); what was there is kept"
+    )
 
 
 def test_vocab_size_beside_a_given_tokenizer_is_refused_not_ignored(tmp_path, builtin_tokenizer, capsys):

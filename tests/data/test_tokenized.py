@@ -1,6 +1,8 @@
+import errno
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -114,9 +116,11 @@ def test_worker_processes_give_the_same_rows_and_report(tmp_path, builtin_tokeni
 
 LEAVE_PARTIALS = """
 import sys
+import errno
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from vanilla_transformer.data.staging import partial_path
 tokenized, arrow = partial_path(Path(sys.argv[1])), partial_path(Path(sys.argv[2]))
@@ -148,3 +152,64 @@ def test_what_a_killed_cache_build_left_is_removed_by_the_next_command(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(killed) == 2 and not any(path.exists() for path in killed) and live.is_dir()
     assert "left by a process that was killed while writing it" in done.stderr
+
+
+def damage_cases(dataset: Path) -> list[tuple[str, Callable[[], None]]]:
+    """Ways a cached folder's dataset gets damaged, each with the part of the warning that names it."""
+    arrow = next(dataset.glob("*.arrow"))
+
+    def flip_a_byte() -> None:  # the same size, still Arrow: ids changed
+        data = bytearray(arrow.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        arrow.write_bytes(bytes(data))
+
+    return [
+        ("was changed since it was built", flip_a_byte),
+        ("bytes, ", lambda: arrow.write_bytes(arrow.read_bytes()[:-100])),  # cut short
+        ("bytes, ", lambda: arrow.write_bytes(os.urandom(1000))),
+        ("state.json is missing", lambda: (dataset / "state.json").unlink()),
+        ("JSONDecodeError", lambda: (dataset.parent / "report.json").write_text("{half")),
+        ("TypeError", lambda: (dataset.parent / "report.json").write_text('{"kept": 1, "other": 2}')),
+    ]
+
+
+def test_a_damaged_cache_folder_is_built_again_with_a_warning(tmp_path, builtin_tokenizer, caplog):
+    corpus = load_builtin("valid")
+    built, report = tokenize_pairs(corpus, builtin_tokenizer, "en", "de", 64, tmp_path)
+    rows = built[:]  # read now: the table is a map of the file the damage changes
+    [folder] = list(tmp_path.iterdir())
+    for expected, damage in damage_cases(folder / "dataset"):
+        caplog.clear()
+        damage()
+        again, again_report = tokenize_pairs(corpus, builtin_tokenizer, "en", "de", 64, tmp_path)
+        assert f"the tokenized corpus {folder} is damaged" in caplog.text and expected in caplog.text, expected
+        assert again[:] == rows and again_report == report
+        assert [path.name for path in tmp_path.iterdir()] == [folder.name]  # nothing set aside is left
+
+
+def test_a_cache_that_cannot_be_written_is_named_with_its_fix(tmp_path, builtin_tokenizer, monkeypatch):
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(
+        ValueError, match=r"tokenized-corpus cache .* cannot be written \(Read-only file system\): set "
+    ):
+        tokenize_pairs(load_builtin("valid"), builtin_tokenizer, "en", "de", 64, tmp_path)
+
+
+@pytest.mark.slow
+def test_training_on_a_tampered_cache_builds_it_again(tmp_path):
+    pairs = [(pair["en"], pair["de"]) for pair in load_builtin("valid")["translation"]]
+    corpus = write_corpus(tmp_path / "corpus", pairs[:250])
+    write_corpus(corpus, pairs[250:], split="valid")
+    env = dict(os.environ, VANILLA_TRANSFORMER_TOKENIZED_CACHE=str(tmp_path / "tokenized"))
+    argv = ["train-no-trainer", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid"]
+    argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1"]
+    for run in ("first", "second"):
+        command = [sys.executable, "-m", "vanilla_transformer", *argv, "--output-dir", str(tmp_path / run)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        for dataset in (tmp_path / "tokenized").glob("*/dataset"):  # target ids flipped, the file still Arrow
+            damage_cases(dataset)[0][1]()
+    assert done.stderr.count("is damaged") == 2 and "was changed since it was built" in done.stderr

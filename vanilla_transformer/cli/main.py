@@ -87,16 +87,22 @@ def _storage_error(error: BaseException) -> str | None:
     for link in _chain(error):
         if isinstance(link, OSError) and link.errno in STORAGE_ERRNOS:
             where = f" writing {link.filename}" if link.filename else ""
-            return f"error: {link.strerror or link}{where}: free space (or choose another disk); what was there is kept"
+            return f"error: {link.strerror or link}{where}: {_storage_fix(link.errno)}; what was there is kept"
         number = OS_ERROR_NUMBER.search(str(link))
         if number and int(number.group(1)) in STORAGE_ERRNOS:
-            cause = os.strerror(int(number.group(1)))
+            cause, code = os.strerror(int(number.group(1))), int(number.group(1))
         elif not number and WRITE_FAILED.search(str(link)):
-            cause = "a file could not be written (is the disk full?)"
+            cause, code = "a file could not be written (is the disk full?)", errno.ENOSPC
         else:
             continue
-        return f"error: {cause}: free space (or choose another disk); what was there is kept"
+        return f"error: {cause}: {_storage_fix(code)}; what was there is kept"
     return None
+
+
+def _storage_fix(code: int) -> str:
+    if code == errno.EROFS:  # no space to free: another place is the only way
+        return "the file system is mounted read-only; choose a writable folder (or point the cache elsewhere)"
+    return "free space (or choose another disk)"
 
 
 def user_error_message(error: BaseException) -> str | None:

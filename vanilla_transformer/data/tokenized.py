@@ -19,17 +19,20 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, Features, List, Value, load_from_disk
 
+from ..errors import DataError
 from .batching import SOURCE_LENGTH, TARGET_LENGTH
 from .staging import partial_path, remove_killed_partials
 
 logger = logging.getLogger(__name__)
 
 # bumped whenever what a cache folder holds, or how it is built, changes: old folders are then built anew
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # rows of one `map` call; corpora below `PARALLEL_ROWS` pairs are tokenized in this process (workers cost a second)
 MAP_BATCH_ROWS = 2000
 PARALLEL_ROWS = 200_000
 REPORT_FILE = "report.json"
+# each file of the folder's dataset with its size, mtime and SHA-256 when built, checked on every open
+FILES_RECORD = "files.json"
 # the columns a model's batches are made of; the length columns feed the sampler
 MODEL_COLUMNS = ("input_ids", "labels")
 # what the map writes for each row: kept (0), an empty side (1), over the length limit (2)
@@ -149,9 +152,10 @@ def tokenize_pairs(
         key = cache_key(dataset, tokenizer_fingerprint(tokenizer), source_lang, target_lang, max_length)
         folder = Path(cache_root) / key
         if (folder / REPORT_FILE).is_file():
-            report = FilterReport(**json.loads((folder / REPORT_FILE).read_text()))
-            _warn_not_text(report)
-            return load_from_disk(str(folder / "dataset")), report
+            opened = _open_cached(folder)
+            if opened is not None:
+                _warn_not_text(opened[1])
+                return opened
     if num_proc is None:
         num_proc = min(os.cpu_count() or 1, 8) if len(dataset) >= PARALLEL_ROWS else None
     id_type = "uint16" if len(tokenizer) <= 1 << 16 else "int32"
@@ -161,7 +165,14 @@ def tokenize_pairs(
         remove_killed_partials(folder.parent)  # what a killed build left: gigabytes at WMT's size
         staging = partial_path(folder)
         shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+        try:
+            staging.mkdir(parents=True)
+        except OSError as error:  # a read-only mount, a folder of someone else's: no disk to free
+            raise DataError(
+                f"the tokenized-corpus cache {folder.parent} cannot be written ({error.strerror}): set "
+                f"VANILLA_TRANSFORMER_TOKENIZED_CACHE to a folder this user can write (the corpus is tokenized there "
+                f"once and reused)."
+            ) from error
     try:
         encoded = dataset.map(
             encode,
@@ -192,7 +203,8 @@ def tokenize_pairs(
             del encoded, kept
             for file in staging.glob("encoded*.arrow"):
                 file.unlink()
-            (staging / REPORT_FILE).write_text(json.dumps(asdict(report)))
+            (staging / FILES_RECORD).write_text(json.dumps(_file_records(staging / "dataset")))
+            (staging / REPORT_FILE).write_text(json.dumps(asdict(report)))  # last: the folder is complete
             try:
                 os.replace(staging, folder)
             except OSError:
@@ -206,6 +218,60 @@ def tokenize_pairs(
         raise
     _warn_not_text(report)
     return kept, report
+
+
+def _file_records(folder: Path) -> dict[str, list]:
+    """Each file under `folder` (relative path) with its size, mtime in ns and SHA-256."""
+    records = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        stat = path.stat()
+        records[str(path.relative_to(folder))] = [stat.st_size, stat.st_mtime_ns, _sha256(path)]
+    return records
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _damage(folder: Path) -> str | None:
+    """What is wrong with a cached folder's dataset against its `FILES_RECORD`, or None: a file missing, of another
+    size, or whose content changed (hashed only when its mtime moved, so an intact folder opens without a read)."""
+    records = json.loads((folder / FILES_RECORD).read_text())
+    for name, (size, mtime_ns, sha256) in records.items():
+        path = folder / "dataset" / name
+        if not path.is_file():
+            return f"{name} is missing"
+        stat = path.stat()
+        if stat.st_size != size:
+            return f"{name} is {stat.st_size} bytes, {size} when built"
+        if stat.st_mtime_ns != mtime_ns and _sha256(path) != sha256:
+            return f"{name} was changed since it was built"
+    return None
+
+
+def _open_cached(folder: Path) -> tuple[Dataset, FilterReport] | None:
+    """A complete cached folder opened memory-mapped, once its files are checked (`_damage`); a damaged one (a file
+    cut short, changed or deleted, a report or record that does not read) is moved aside and removed with a
+    warning, and None returned: the caller builds it again."""
+    try:
+        report = FilterReport(**json.loads((folder / REPORT_FILE).read_text()))
+        damage = _damage(folder)
+        if damage is None:
+            return load_from_disk(str(folder / "dataset")), report
+    except (OSError, ValueError, TypeError, KeyError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        damage = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    logger.warning("the tokenized corpus %s is damaged (%s): it is built again", folder, damage)
+    aside = partial_path(folder)  # renamed first: a process that opens the folder now finds it gone, not half
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        return None  # another process moved it already
+    shutil.rmtree(aside, ignore_errors=True)
+    return None
 
 
 def _warn_not_text(report: FilterReport) -> None:
