@@ -339,3 +339,36 @@ def test_trainer_under_fsdp_needs_full_state_dict_checkpoints(state_dict_type):
             check_trainer_fsdp(accelerator)
         assert state_dict_type.name in str(refusal.value)
     check_trainer_fsdp(SimpleNamespace(state=SimpleNamespace()))  # no FSDP, nothing to check
+
+
+def test_an_fsdp_launch_is_checked_and_its_dropping_on_a_cpu_said(tmp_path, monkeypatch, capsys, caplog):
+    # the environment `accelerate launch --use_fsdp --fsdp_version 2 ...` gives its processes
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    quick = ["--preset", "demo", "--vocab-size", "400", "--max-tokens", "600", "--tokens-per-update", "600"]
+    quick += ["--eval-samples", "2", "--threads", "1", "--max-steps", "1", "--save-steps", "1", "--average-last", "1"]
+    quick += ["--output-dir", str(tmp_path / "run")]
+    cases = [
+        ("train-no-trainer", {"FSDP_TRANSFORMER_CLS_TO_WRAP": "EncoderLayer"}, "names EncoderLayer, which the model"),
+        (
+            "train",
+            {"FSDP_TRANSFORMER_CLS_TO_WRAP": "VanillaTransformerEncoderLayer"},
+            "state dict type SHARDED writes the Trainer's checkpoints without model.safetensors",
+        ),
+    ]
+    for command, env, expected in cases:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        with pytest.raises(SystemExit) as exited:
+            main([command, *quick])
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert exited.value.code == 2 and expected in error, error
+        assert not (tmp_path / "run").exists()
+    # right flags on a machine without a GPU: accelerate trains with DDP; the run says so
+    monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "VanillaTransformerEncoderLayer,VanillaTransformerDecoderLayer")
+    monkeypatch.setenv("FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    main(["train-no-trainer", *quick])
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert "launched with FSDP, but accelerate uses FSDP only on GPUs" in caplog.text
+    capsys.readouterr()

@@ -9,10 +9,16 @@ shared with a parameter already managed by another FSDP group". `shard_tied_embe
 group before accelerate wraps the rest, as torch's message prescribes.
 """
 
+import logging
+import os
+
 import torch
 from accelerate import Accelerator
+from accelerate.utils import parse_flag_from_env
 
 from ..errors import SettingsError
+
+logger = logging.getLogger(__name__)
 
 
 def tied_modules(model: torch.nn.Module) -> list[list[torch.nn.Module]]:
@@ -53,6 +59,54 @@ def shard_tied_embeddings(accelerator: Accelerator, model: torch.nn.Module) -> N
             )
 
 
+def fsdp_requested() -> bool:
+    """Whether the process was launched with FSDP (`accelerate launch --use_fsdp`, or an accelerate config that
+    uses it): the environment accelerate's launcher sets, read whether or not accelerate then uses FSDP."""
+    return parse_flag_from_env("ACCELERATE_USE_FSDP")
+
+
+def check_fsdp_request(model: torch.nn.Module, trainer: bool) -> None:
+    """Refuse, before a process group exists, what an FSDP launch asks that cannot work, on any machine (accelerate
+    drops FSDP without a GPU, so these would pass there unseen and fail on the GPUs): a layer class to wrap that the
+    model does not have (`model` may be on the meta device), and for `train` a state dict type other than
+    FULL_STATE_DICT (`check_trainer_fsdp`)."""
+    if not fsdp_requested():
+        return
+    names = [name.strip() for name in os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "").split(",") if name.strip()]
+    classes = {type(module).__name__ for module in model.modules()}
+    unknown = [name for name in names if name not in classes]
+    if unknown:
+        layers = sorted(name for name in classes if name.endswith("Layer"))
+        raise SettingsError(
+            f"--fsdp_transformer_layer_cls_to_wrap names {', '.join(unknown)}, which the model does not have: give "
+            f"its layer classes, {','.join(layers)}."
+        )
+    version = os.environ.get("FSDP_VERSION", "1")
+    state_dict_type = os.environ.get("FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT" if version == "1" else "SHARDED")
+    if trainer and "FULL" not in state_dict_type.upper():
+        raise SettingsError(_sharded_trainer_message(state_dict_type))
+
+
+def warn_if_fsdp_dropped(accelerator: Accelerator) -> None:
+    """Say so where an FSDP launch trains without FSDP: accelerate turns it on only on accelerator devices, and on a
+    machine without one trains every process with the whole model (DDP), without a word."""
+    if fsdp_requested() and getattr(accelerator.state, "fsdp_plugin", None) is None:
+        logger.warning(
+            "launched with FSDP, but accelerate uses FSDP only on GPUs (and other accelerators): this run trains "
+            "with DDP, every process holding the whole model and optimizer state. Launch without --use_fsdp on this "
+            "machine (docs/fsdp.md)."
+        )
+
+
+def _sharded_trainer_message(state_dict_type: str) -> str:
+    return (
+        f"FSDP with state dict type {state_dict_type.rsplit('.', 1)[-1]} writes the Trainer's checkpoints without "
+        "model.safetensors, which resuming and --average-last read: launch `train` with `--fsdp_state_dict_type "
+        "FULL_STATE_DICT` (or fsdp_state_dict_type: FULL_STATE_DICT in the accelerate config); `train-no-trainer` "
+        "resumes from either."
+    )
+
+
 def check_trainer_fsdp(accelerator: Accelerator) -> None:
     """Refuse, before training, an FSDP state dict type that leaves the Trainer's checkpoints without
     `model.safetensors`, which resuming (`checkpoints.last_complete_checkpoint`) and averaging into `final/` read: with
@@ -60,9 +114,4 @@ def check_trainer_fsdp(accelerator: Accelerator) -> None:
     run would start over and the run would stop at its end with no checkpoint to average."""
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
-        raise SettingsError(
-            f"FSDP with state dict type {str(plugin.state_dict_type).rsplit('.', 1)[-1]} writes the Trainer's "
-            "checkpoints without model.safetensors, which resuming and --average-last read: launch `train` with "
-            "`--fsdp_state_dict_type FULL_STATE_DICT` (or fsdp_state_dict_type: FULL_STATE_DICT in the accelerate "
-            "config); `train-no-trainer` resumes from either."
-        )
+        raise SettingsError(_sharded_trainer_message(str(plugin.state_dict_type)))

@@ -41,7 +41,7 @@ from .checkpoints import (
     list_checkpoints,
     remove_stale_staging,
 )
-from .fsdp import shard_tied_embeddings
+from .fsdp import shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
 from .run import PreparedRun, prepare_run, run_lock, start_run
 from .settings import TrainingSettings
@@ -314,6 +314,7 @@ def train_no_trainer(settings: TrainingSettings) -> NoTrainerRun:
         valid_loader = DataLoader(
             model_columns(prepared.data.valid_set), batch_size=settings.eval_batch_size, collate_fn=collator
         )
+        warn_if_fsdp_dropped(accelerator)
         shard_tied_embeddings(accelerator, model)  # FSDP2 only; before the optimizer takes the parameters
         learning_rate = peak_learning_rate(model.config.d_model, preset.warmup_steps, preset.lr_factor)
         optimizer = paper_adam(model.parameters(), learning_rate, accelerator.device)

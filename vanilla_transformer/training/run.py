@@ -29,7 +29,7 @@ from ..files.outputs import check_not_an_input, check_output_folder, hold_lock, 
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import average_checkpoints, check_checkpoint_pickles, last_complete_checkpoint, list_checkpoints
-from .fsdp import check_trainer_fsdp, shard_tied_embeddings
+from .fsdp import check_fsdp_request, check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
 from .settings import TrainingSettings, check_record, check_tokenized, write_record
@@ -242,9 +242,12 @@ def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
 
 def start_run(settings: TrainingSettings, *, trainer: bool) -> None:
     """What both training paths do before the process group exists, so that every process refuses the same
-    settings and none waits for another: check the settings (`TrainingSettings.check`), then the folder (a run of
-    ours resumes, anything else needs `overwrite`), then set the thread count and the seed."""
+    settings and none waits for another: check the settings (`TrainingSettings.check`) and what an FSDP launch asks
+    (`fsdp.check_fsdp_request`), then the folder (a run of ours resumes, anything else needs `overwrite`), then set
+    the thread count and the seed."""
     settings.check(trainer=trainer)
+    with torch.device("meta"):  # its classes only: no memory, no time
+        check_fsdp_request(VanillaTransformerForConditionalGeneration(settings.preset.model_config()), trainer)
     check_run_folder(settings)
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     if settings.threads:
@@ -286,6 +289,7 @@ def train(settings: TrainingSettings) -> TrainingRun:
             batch_sampler=prepared.sampler,  # the one the accumulation was sized with
         )
         check_trainer_fsdp(trainer.accelerator)  # before training: checkpoints that resume and average
+        warn_if_fsdp_dropped(trainer.accelerator)
         shard_tied_embeddings(trainer.accelerator, model)  # FSDP2 only
         state.print(
             f"{prepared.summary}; {prepared.accumulation} batch(es) per process and update; peak learning rate "
