@@ -143,10 +143,13 @@ def test_a_tsv_file_needs_its_languages_unless_its_name_gives_the_direction(tmp_
         write(tmp_path / name, TSV_LINE)
         assert corpus_languages(name, None, None) == direction, name
     # only the end of the name counts, and only .tsv or .txt
-    for name in ("en-zh.tsv.bak", "notes.en-zh.csv", "en-zh-pairs.tsv", "english-zh.tsv"):
+    for name in ("en-zh.tsv.bak", "en-zh-pairs.tsv", "english-zh.tsv"):
         write(tmp_path / name, TSV_LINE)
         with pytest.raises(ValueError, match="give --source-lang and --target-lang"):
             corpus_languages(name, None, None)
+    write(tmp_path / "notes.en-zh.csv", TSV_LINE)  # a file `datasets` reads, not a TSV of pairs
+    with pytest.raises(ValueError, match="is one .csv file"):
+        corpus_languages("notes.en-zh.csv", None, None)
     # every other corpus is en→de unless told: no file to name a direction
     (tmp_path / "folder.en-zh.tsv").mkdir()
     for corpus in ("builtin", "multi30k", "wmt14", "folder.en-zh.tsv", "missing.en-zh.tsv"):
@@ -220,3 +223,18 @@ def test_pairs_that_are_mostly_control_characters_are_kept_counted_and_warned(bu
         _, report = tokenize_pairs(load_builtin("valid"), builtin_tokenizer, "en", "de", max_length=64)
     assert report.kept == 300 and report.not_text == [] and "control" not in str(report)
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+def test_a_datasets_file_given_alone_is_refused_with_the_folder_that_works(tmp_path, capsys):
+    from vanilla_transformer.cli.main import main
+
+    rows = {"train": [{"en": "A dog.", "de": "Ein Hund."}], "valid": [{"en": "A cat.", "de": "Eine Katze."}]}
+    for split, pairs in rows.items():
+        lines = "".join(json.dumps({"translation": pair}) + "\n" for pair in pairs)
+        (tmp_path / f"{split}.jsonl").write_text(lines, encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--corpus", str(tmp_path / "train.jsonl"), "--output-dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and "train.jsonl is one .jsonl file" in error and "valid.jsonl" in error, error
+    # what the message says to do
+    assert load_corpus(str(tmp_path), "valid")["translation"] == rows["valid"]

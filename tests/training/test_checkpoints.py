@@ -54,3 +54,27 @@ def test_averaging_names_the_architecture_fields_that_differ(tmp_path):
     # training settings (dropout) may differ between the checkpoints of a run
     tiny_model(encoder_ffn_dim=128, normalize_before=True, dropout=0.3).save_pretrained(tmp_path / "checkpoint-3")
     average_checkpoints(tmp_path, tmp_path / "final", last=2)
+
+
+def test_averaging_a_run_that_rotates_its_checkpoints_says_the_run_is_training(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from vanilla_transformer.cli.main import main
+    from vanilla_transformer.files.outputs import hold_lock
+    from vanilla_transformer.training import checkpoints
+
+    run = tmp_path / "run"
+    write_checkpoints(run, [1, 2])
+    check_one_run = checkpoints.check_one_run
+
+    def a_save_rotates(run_dir, chosen):  # the training run saves checkpoint-3 and deletes checkpoint-1 meanwhile
+        check_one_run(run_dir, chosen)
+        shutil.rmtree(chosen[0])
+
+    monkeypatch.setattr(checkpoints, "check_one_run", a_save_rotates)
+    argv = ["average", "--run-dir", str(run), "--last", "2", "--output-dir", str(tmp_path / "averaged")]
+    with hold_lock(run), pytest.raises(SystemExit) as exited:  # a run is training in it
+        main(argv)
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and f"A run is training in {run} now and deletes its oldest checkpoint" in error
+    assert not (tmp_path / "averaged").exists()

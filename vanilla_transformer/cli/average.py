@@ -26,7 +26,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Average and print which checkpoints went in."""
+    from ..errors import ModelFolderError
+    from ..files.outputs import folder_in_use
     from ..training.checkpoints import average_checkpoints
 
-    averaged = average_checkpoints(args.run_dir, args.output_dir, args.last, overwrite=args.overwrite)
+    try:
+        averaged = average_checkpoints(args.run_dir, args.output_dir, args.last, overwrite=args.overwrite)
+    except (FileNotFoundError, ModelFolderError) as error:
+        if not folder_in_use(args.run_dir):
+            raise
+        # a checkpoint that went while it was read: the run keeps only its newest --average-last
+        raise ModelFolderError(
+            f"{error}. A run is training in {args.run_dir} now and deletes its oldest checkpoint as it saves a new "
+            f"one: average again (the newest checkpoints are kept), or once the run has ended."
+        ) from error
     print(f"averaged {', '.join(p.name for p in averaged)} into {args.output_dir}")

@@ -33,6 +33,8 @@ BUILTIN = "builtin"
 VALIDATION_NAMES = ("valid", "validation", "val", "dev")
 # bumped whenever `load_text_files`'s Arrow files change; lines read and written at a time
 TEXT_FORMAT, TEXT_BATCH_LINES = 1, 100_000
+# files `datasets` reads with a builder of its own: given alone, not an Anki/Tatoeba TSV file
+DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
 # The built-in corpus: one draw of distinct pairs, cut into fixed splits so that held-out pairs never occur in train.
 BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800)}
 
@@ -135,6 +137,7 @@ def load_corpus(
     if source == MULTI30K:
         source = str(multi30k_dir(languages=(source_lang, target_lang)))
     if Path(source).is_file():  # an Anki/Tatoeba TSV file (`anki.py`), split by its own rule
+        check_tsv_file(source)
         return load_anki(source, find_split(split, list(ANKI_SPLITS), source), source_lang, target_lang)
     folder = Path(source)
     text_splits = sorted(path.stem for path in folder.glob(f"*.{source_lang}")) if folder.is_dir() else []
@@ -164,6 +167,18 @@ def load_corpus(
 DIRECTION_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3})-([a-z]{2,3})\.(?:tsv|txt)$")
 
 
+def check_tsv_file(path: str | Path) -> None:
+    """Refuse a corpus file that is not a TSV of pairs but one of the files `datasets` reads with a builder of its
+    own (JSON lines, CSV, Parquet, Arrow), naming the layout it loads them from."""
+    suffix = Path(path).suffix.lower()
+    if suffix in DATA_FILE_SUFFIXES:
+        raise DataError(
+            f"{path} is one {suffix} file; a file given alone is read as an Anki/Tatoeba TSV file, and `datasets` "
+            f"would read it as a train split only: put train{suffix} and valid{suffix} (and test{suffix}) in a "
+            f"folder and give the folder (`datasets` finds the splits by their names)."
+        )
+
+
 def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | None) -> tuple[str, str]:
     """The source and target language of a run on `corpus`: those given; for a TSV file (English and one other
     language, which its columns do not name) both must be given, or read from a file name such as `en-zh.tsv`;
@@ -172,6 +187,7 @@ def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | No
         return source_lang, target_lang
     path = Path(corpus).expanduser()
     if path.is_file():
+        check_tsv_file(path)
         named = DIRECTION_IN_NAME.search(path.name)
         if named and not (source_lang or target_lang):
             return named.group(1), named.group(2)

@@ -422,6 +422,15 @@ def hold_lock(folder: PathLike, flag: str = "--output-dir") -> Iterator[None]:
         os.close(descriptor)  # releases the lock
 
 
+def folder_in_use(folder: PathLike) -> bool:
+    """Whether another process holds `folder`'s lock (`hold_lock`): a run is training in it now."""
+    try:
+        with hold_lock(folder):
+            return False
+    except OutputError:
+        return True
+
+
 def staged_leftovers(folder: PathLike) -> list[Path]:
     """The staged or replaced files and folders an interrupted write left in `folder`: hidden, with `STAGED_SUFFIX`
     or `REPLACED_SUFFIX` in the name."""
