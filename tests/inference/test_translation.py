@@ -303,9 +303,14 @@ def test_an_explicit_max_new_tokens_above_the_papers_limit_says_the_limit_still_
     assert lifted.shape == (1, 1 + 60)
 
 
-def test_generate_names_an_empty_batch():
+def test_generate_names_an_empty_batch_and_ids_that_are_no_tensor():
     with pytest.raises(ValueError, match=r"input_ids holds no sentences \(shape \(0, 4\)\): there is nothing"):
         tiny_model().generate(input_ids=torch.zeros(0, 4, dtype=torch.long))
+    for ids in ([[5, 6, 2]], (5, 6, 2)):
+        with pytest.raises(TypeError, match=r"input_ids is a (list|tuple), not a tensor .* return_tensors='pt'"):
+            tiny_model().generate(input_ids=ids)
+        with pytest.raises(TypeError, match="not a tensor"):
+            tiny_model().generate(ids)
 
 
 # --- greedy and the HF form decode as transformers' own loops do -------------------------------------------

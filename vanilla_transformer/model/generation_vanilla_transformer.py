@@ -243,6 +243,11 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             paper_beam_search = not unsupported
 
         source_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if source_ids is not None and not isinstance(source_ids, torch.Tensor):
+            raise TypeError(
+                f"input_ids is a {type(source_ids).__name__}, not a tensor of token ids of shape (batch, length): pass "
+                f"tokenizer(sentences, return_tensors='pt', padding=True)['input_ids'], or torch.tensor(ids)."
+            )
         for name, ids, size in (
             ("input_ids", source_ids, self.config.vocab_size),
             ("decoder_input_ids", kwargs.get("decoder_input_ids"), vocab_size),
