@@ -163,6 +163,29 @@ class _DatasetPairs:
         pass
 
 
+def aligned_text_files(corpus: Path, split: str, source_lang: str, target_lang: str) -> tuple[Path, Path] | None:
+    """The `{split}.{source_lang}` and `{split}.{target_lang}` files of a folder of text files (the split found as
+    `corpora.find_split` finds it), or None for a corpus that is no such folder. Their lines are counted first
+    (~1 s a GB): files of different line counts raise, since a line lost in the middle of one side would pair every
+    later sentence with the wrong translation, and reading side by side would see it only at the end of the file."""
+    text_splits = sorted(path.stem for path in corpus.glob(f"*.{source_lang}")) if corpus.is_dir() else []
+    if not text_splits:
+        return None
+    split = find_split(split, text_splits, str(corpus))
+    paths = (corpus / f"{split}.{source_lang}", corpus / f"{split}.{target_lang}")
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in it.")
+    counts = [count_lines(path) for path in paths]
+    if counts[0] != counts[1]:
+        raise DataError(
+            f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}: the two sides of a parallel corpus "
+            f"must be line-aligned, and pairs after a lost or added line would be mistranslations of each other; "
+            f"repair the files (e.g. compare them with `wc -l`)."
+        )
+    return paths
+
+
 class StreamingTokenBatches(IterableDataset):
     """An endless stream of token-budget batches (§5.1) from a corpus larger than memory: a folder of line-aligned
     `{split}.{source_lang}`/`{split}.{target_lang}` files (or `"multi30k"`, its official ones), or a `datasets` name
@@ -238,22 +261,9 @@ class StreamingTokenBatches(IterableDataset):
                 f"{corpus} is a file: streaming reads a folder of line-aligned {split}.{source_lang} and "
                 f"{split}.{target_lang} files, or a `datasets` corpus; load a TSV file whole (corpora.load_corpus)."
             )
-        text_splits = sorted(path.stem for path in corpus_path.glob(f"*.{source_lang}")) if corpus_path.is_dir() else []
-        if text_splits:
-            split = find_split(split, text_splits, str(corpus))
-            self.paths = (corpus_path / f"{split}.{source_lang}", corpus_path / f"{split}.{target_lang}")
-            for path in self.paths:
-                if not path.is_file():
-                    raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in it.")
-            # counted before the first pair is read: a line lost in the middle of one side would pair every later
-            # sentence with the wrong translation, and reading side by side would see it only at the end of the file
-            counts = [count_lines(path) for path in self.paths]
-            if counts[0] != counts[1]:
-                raise DataError(
-                    f"{self.paths[0]} has {counts[0]} lines but {self.paths[1]} has {counts[1]}: the two sides of a "
-                    f"parallel corpus must be line-aligned, and pairs after a lost or added line would be "
-                    f"mistranslations of each other; repair the files (e.g. compare them with `wc -l`)."
-                )
+        self.paths = aligned_text_files(corpus_path, split, source_lang, target_lang)
+        if self.paths is not None:
+            split = self.paths[0].stem
             self.stream = None
             identity = {"files": {path.name: path.stat().st_size for path in self.paths}}
             start = {"row": 0, "source_offset": 0, "target_offset": 0}

@@ -29,9 +29,10 @@ from ..data.batching import DEFAULT_BUFFER_PAIRS, dataset_lengths, longest_pair_
 from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, local_corpus
 from ..data.corpora import corpus_sha256 as content_digest
 from ..data.multi30k import holds_multi30k
+from ..data.streaming import aligned_text_files
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
-from ..errors import SettingsError, UsageError
+from ..errors import DataError, SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
@@ -275,8 +276,9 @@ def _model_problems(preset: TrainingPreset) -> list[str]:
 
 def _streaming_problems(settings: TrainingSettings) -> list[str]:
     """What `--streaming` cannot do: learn a BPE (it never holds the corpus), batches of pairs, or a first-N
-    selection (it reads the corpus as it trains, in token-budget batches); and corpora that are no stream: the
-    built-in one (made in memory) and a TSV file (split by its own rule, read whole)."""
+    selection (it reads the corpus as it trains, in token-budget batches); corpora that are no stream: the built-in
+    one (made in memory) and a TSV file (split by its own rule, read whole); and a folder whose training files are
+    not line-aligned (`streaming.aligned_text_files`)."""
     found, corpus = [], settings.preset.corpus
     if corpus == BUILTIN:
         found.append("--streaming reads files or a datasets name; the built-in corpus is made in memory: leave it out.")
@@ -285,6 +287,11 @@ def _streaming_problems(settings: TrainingSettings) -> list[str]:
             f"--streaming reads a folder of line-aligned split.lang files or a datasets name; {corpus} is a TSV file, "
             "split by its own rule and read whole: leave out --streaming."
         )
+    elif Path(corpus).expanduser().is_dir():  # before anything is written: a stream meets a lost line only at its end
+        try:
+            aligned_text_files(Path(corpus).expanduser(), "train", settings.source_lang, settings.target_lang)
+        except (DataError, FileNotFoundError) as error:
+            found.append(str(error))
     if settings.tokenizer_path is None and not (settings.output_dir / "tokenizer" / "tokenizer.json").is_file():
         found.append(
             "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
