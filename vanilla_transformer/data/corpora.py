@@ -24,7 +24,7 @@ from .anki import load_anki
 from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, multi30k_dir
 from .staging import partial_path, remove_killed_partials
-from .text import count_lines, decode_line
+from .text import count_lines, decode_line, file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -230,11 +230,7 @@ def corpus_sha256(corpus: str) -> str | None:
 def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
     """A file's SHA-256, read once per process for each (size, mtime): the settings checks and the record of a run
     both ask for the corpus's digest."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def find_split(split: str, available: list[str], source: str) -> str:

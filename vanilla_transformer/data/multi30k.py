@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DataError, Multi30kUnavailable
+from .text import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def holds_multi30k(folder: str | Path, names: Iterable[str] = ("train.en", "trai
     return all(
         (folder / name).is_file()
         and (folder / name).stat().st_size == GUNZIPPED[name][0]
-        and _sha256(folder / name) == GUNZIPPED[name][1]
+        and file_sha256(folder / name) == GUNZIPPED[name][1]
         for name in names
     )
 
@@ -269,7 +270,7 @@ def _check_cache(folder: Path, paths: list[str]) -> tuple[list[str], dict[str, s
         seen = [stat.st_size, stat.st_mtime_ns, sha256]
         if stat.st_size != size:
             damaged[path] = f"{stat.st_size} bytes, expected {size}"
-        elif record.get(name) == seen or (digest := _sha256(folder / name)) == sha256:
+        elif record.get(name) == seen or (digest := file_sha256(folder / name)) == sha256:
             passed[name] = seen
         else:
             damaged[path] = f"sha256 {digest}, expected {sha256}"
@@ -303,14 +304,6 @@ def _write_record(folder: Path, files: dict[str, list]) -> None:
         logger.debug(f"could not record the checked Multi30k files in {folder / RECORD}: {error}")
         if staging is not None:
             staging.unlink(missing_ok=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _download(paths: list[str], folder: Path, base_url: str) -> None:

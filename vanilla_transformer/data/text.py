@@ -1,6 +1,7 @@
 """Text files of one sentence per line, read and written so that line N of one file stays line N of another: the
 layout of parallel corpora (`{split}.{lang}`) and of `translate`'s input and output."""
 
+import hashlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,15 @@ def decode_line(raw: bytes, name: str, number: int) -> str:
     if number == 1:
         line = line.removeprefix("\ufeff")
     return line.removesuffix("\n").removesuffix("\r")
+
+
+def file_sha256(path: str | Path) -> str:
+    """A file's SHA-256 as `sha256sum` prints it, read in blocks (corpora, caches and weights alike)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:

@@ -22,6 +22,7 @@ from datasets import Dataset, Features, List, Value, load_from_disk
 from ..errors import DataError
 from .batching import SOURCE_LENGTH, TARGET_LENGTH
 from .staging import partial_path, remove_killed_partials
+from .text import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -225,16 +226,8 @@ def _file_records(folder: Path) -> dict[str, list]:
     records = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         stat = path.stat()
-        records[str(path.relative_to(folder))] = [stat.st_size, stat.st_mtime_ns, _sha256(path)]
+        records[str(path.relative_to(folder))] = [stat.st_size, stat.st_mtime_ns, file_sha256(path)]
     return records
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _damage(folder: Path) -> str | None:
@@ -248,7 +241,7 @@ def _damage(folder: Path) -> str | None:
         stat = path.stat()
         if stat.st_size != size:
             return f"{name} is {stat.st_size} bytes, {size} when built"
-        if stat.st_mtime_ns != mtime_ns and _sha256(path) != sha256:
+        if stat.st_mtime_ns != mtime_ns and file_sha256(path) != sha256:
             return f"{name} was changed since it was built"
     return None
 

@@ -19,7 +19,6 @@ the model. The translate, evaluate, average and plot commands load through it.
 Whether a folder is ready for the Hub is `release/folder_checks.py`'s question, asked with these checks.
 """
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -35,6 +34,7 @@ from transformers import (
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
+from ..data.text import file_sha256
 from ..data.tokenization import load_tokenizer, tokenizer_fingerprint
 from ..errors import ModelFolderError
 from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransformerConfig
@@ -92,14 +92,6 @@ def config_error_message(error: Exception) -> str:
     """The message of a config validation error: for `@strict` validation the one line of its cause, which names the
     field, its value and the fix, rather than the wrapper's validator name."""
     return str(error.__cause__) if isinstance(error, StrictDataclassError) and error.__cause__ else str(error)
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_checksums(folder: str | Path) -> list[Path]:
