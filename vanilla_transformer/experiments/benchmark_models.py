@@ -224,18 +224,22 @@ def generate_fn(
 
 
 def ctranslate2_fns(
-    model: VanillaTransformerForConditionalGeneration, folder: str, device: torch.device
+    model: VanillaTransformerForConditionalGeneration,
+    folder: str,
+    device: torch.device,
+    kinds: dict[str, str] = CTRANSLATE2,
 ) -> dict[str, Callable[[dict, int, int], Callable[[], None]]]:
-    """For each CTranslate2 row, a function of (inputs, new tokens, beams) that returns one `translate_batch` call
-    decoding exactly the tokens `generate_fn` does: the same sources (padding removed), the same threads, exactly
-    `new_tokens` tokens (`min_decoding_length`), the same |Y|^0.6 length penalty for beam search."""
+    """For each CTranslate2 row (`kinds`: name → compute type), a function of (inputs, new tokens, beams) that
+    returns one `translate_batch` call decoding exactly the tokens `generate_fn` does: the same sources (padding
+    removed), the same threads, exactly `new_tokens` tokens (`min_decoding_length`), the same |Y|^0.6 length
+    penalty for beam search."""
     import ctranslate2
 
     from ..inference.ctranslate2_engine import convert
 
     vocabulary = ["<pad>", "<s>", "</s>", *(f"t{i}" for i in range(EOS + 1, model.config.vocab_size))]
     fns = {}
-    for name, quantization in CTRANSLATE2.items():
+    for name, quantization in kinds.items():
         convert(model, vocabulary, vocabulary, f"{folder}/{name}", quantization)
         translator = ctranslate2.Translator(
             f"{folder}/{name}", device=device.type, intra_threads=torch.get_num_threads(), compute_type=quantization

@@ -1,0 +1,324 @@
+"""The GPU check: one run on one GPU that measures the paper's models at the hardware's speed, in one table.
+
+- **The chip's peak**: the best bf16 FLOP/s of an 8192³ matmul (`benchmark.peak_matmul_flops`), the denominator of
+  every MFU below.
+- **Training step** of `paper-base` and `paper-big` (the paper's sizes, its 37,000-token vocabulary), this model
+  beside transformers' `MarianMTModel` of identical dimensions (`benchmark_models`): bf16 autocast over fp32 master
+  weights, fused Adam (`paper_adam`), sdpa attention, eager and through `torch.compile`. Target tokens per second
+  (non-padding labels) and MFU = matmul FLOPs of forward + backward (3 × the forward's: every weight matrix times
+  every token, 2 FLOPs a multiply-add, attention scores and their weighting included, on the padded batch:
+  `benchmark.training_flops`) per second over the peak. For a sense of scale: 6·N FLOPs per token with N the
+  parameters multiplied per token.
+- **Decoding**: `generate()` with the paper's beam search (beam 4, α = 0.6) on a batch of newstest2014 sources,
+  exactly `new_tokens` new tokens (EOS suppressed until then, so every engine does the same work), in bf16; and the
+  same model exported to CTranslate2 (float16 on a GPU, int8 on a CPU) where its wheel runs.
+- **The Table 3 grid's model** (`multi30k`, one row's step as the grid trains it: one batch of `grid_tokens` padded
+  tokens per update, fp32): tokens per second for the whole device, counted as the grid counts its batches
+  (updates × padded tokens), with 1 process and with several at once (on a GPU, start CUDA MPS first to let their
+  kernels overlap: `nvidia-cuda-mps-control -d`).
+
+    python -m vanilla_transformer.experiments.gpu_speed --device cuda --sources newstest2014.en --output-dir OUT
+    python -m vanilla_transformer.experiments.gpu_speed --device cpu --small  # the same run, tiny, to try it here
+
+It writes `gpu-speed.json` and `gpu-speed.md` (one Markdown table, every figure with its settings) into
+`--output-dir`, and with `--docs FILE` puts the table into that file between `<!-- gpu-check -->` markers.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import VanillaTransformerError
+from .benchmark import machine_description, measure, peak_matmul_flops, training_flops
+from .benchmark_models import (
+    build_benchmark_model,
+    ctranslate2_fns,
+    generate_fn,
+    random_batch,
+    synchronize,
+    train_step_fn,
+    vanilla_config,
+)
+
+MARKER = "<!-- gpu-check -->"
+# the goals of issue 48, shown beside the figures they judge
+GOALS = {
+    "base": "MFU ≥ 35%, ≥ 1.2× Marian",
+    "big": "MFU ≥ 40%",
+    "grid": "≥ 5M tokens/s for the whole GPU",
+}
+
+
+@dataclass(frozen=True)
+class GpuCheck:
+    """What one run measures, and how big: the defaults are the GPU run's, `small()` the CPU try-out's."""
+
+    presets: tuple[str, ...] = ("base", "big")
+    vocab_size: int = 37_000  # the paper's shared BPE (§5.1)
+    train_pairs: int = 256  # 256 pairs of 48 + 48 tokens: ~24k tokens, the paper's ~25k of each side per batch
+    train_length: int = 48
+    peak_size: int = 8192
+    generate_batch: int = 32
+    new_tokens: int = 64
+    num_beams: int = 4
+    grid_pairs: int = 128  # 128 pairs of 32 + 32: the grid's 8,192 padded tokens per update
+    grid_length: int = 32
+    grid_processes: tuple[int, ...] = (1, 4, 11)
+    grid_seconds: float = 20.0
+    repeats: int = 5
+    # compiling paper-big's step twice (ours, Marian) would take most of a 4-minute GPU call
+    compiled_presets: tuple[str, ...] = ("base",)
+
+    @classmethod
+    def small(cls) -> "GpuCheck":
+        return cls(
+            presets=("multi30k",),
+            vocab_size=1000,
+            train_pairs=4,
+            train_length=8,
+            peak_size=256,
+            generate_batch=2,
+            new_tokens=4,
+            grid_pairs=4,
+            grid_length=8,
+            grid_processes=(1, 2),
+            grid_seconds=2.0,
+            repeats=1,
+            compiled_presets=("multi30k",),
+        )
+
+
+def train_rows(check: GpuCheck, device: torch.device, peak: float, log=print) -> list[dict]:
+    """The training step of each preset, ours and Marian, eager and compiled: target tokens/s and MFU."""
+    rows = []
+    for preset in check.presets:
+        config = vanilla_config(preset, vocab_size=check.vocab_size)
+        batch = random_batch(check.train_pairs, check.train_length, check.train_length, config.vocab_size)
+        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+        targets = int((batch["labels"] != -100).sum())
+        flops = training_flops(config, batch)
+        times = {}
+        modes = (False, True) if preset in check.compiled_presets else (False,)
+        for name in ("vanilla", "marian"):
+            for compiled in modes:
+                model = build_benchmark_model(name, config).to(device)
+                step = train_step_fn(name, torch.compile(model) if compiled else model, batch, torch.bfloat16)
+                measure(step, device, warmup=2)  # compiles, and warms the allocator and cuBLAS
+                seconds = sorted(measure(step, device, warmup=0) for _ in range(check.repeats))[check.repeats // 2]
+                times[name, compiled] = seconds
+                del model, step
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        for compiled in modes:
+            ours, marian = times["vanilla", compiled], times["marian", compiled]
+            rows.append(
+                {
+                    "measure": f"training step, paper-{preset}" if preset in ("base", "big") else f"training, {preset}",
+                    "settings": f"{check.train_pairs} pairs × {check.train_length}+{check.train_length} tokens, bf16 "
+                    f"autocast, fused Adam, sdpa{', torch.compile' if compiled else ''}",
+                    "ours": targets / ours,
+                    "marian": targets / marian,
+                    "unit": "target tokens/s",
+                    "ours_over_marian": marian / ours,
+                    "mfu": flops / ours / peak,
+                    "marian_mfu": flops / marian / peak,
+                    "goal": GOALS.get(preset, ""),
+                }
+            )
+            log(json.dumps(rows[-1]))
+    return rows
+
+
+def decoding_rows(check: GpuCheck, device: torch.device, sources: list[str], tokenizer, log=print) -> list[dict]:
+    """The paper's beam search on newstest2014 sources in bf16, and the CTranslate2 export of the same model."""
+    config = vanilla_config("base", vocab_size=len(tokenizer))
+    inputs = tokenizer(sources[: check.generate_batch], return_tensors="pt", padding=True, truncation=False)
+    inputs = {name: inputs[name].to(device) for name in ("input_ids", "attention_mask")}
+    model = build_benchmark_model("vanilla", config).to(device, torch.bfloat16)
+    decode = generate_fn("vanilla", model, inputs, check.new_tokens, check.num_beams)
+    measure(decode, device, warmup=1)
+    seconds = sorted(measure(decode, device, warmup=0) for _ in range(check.repeats))[check.repeats // 2]
+    tokens = check.generate_batch * check.new_tokens
+    longest = inputs["input_ids"].shape[1]
+    settings = (
+        f"paper-base, batch {check.generate_batch} newstest2014 sources ({longest} tokens at most), beam "
+        f"{check.num_beams}, α 0.6, {check.new_tokens} new tokens each"
+    )
+    rows = [{"measure": "generate(), bf16", "settings": settings, "ours": tokens / seconds, "unit": "new tokens/s"}]
+    compute_type = "float16" if device.type == "cuda" else "int8"
+    try:
+        exported = ctranslate2_fns(model.float(), _scratch(), device, {f"ctranslate2_{compute_type}": compute_type})
+    except (ImportError, RuntimeError, ValueError) as error:  # no wheel for this machine, or no CUDA build of it
+        rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, "unit": "", "note": str(error)})
+    else:
+        [translate_fn] = exported.values()
+        run = translate_fn(inputs, check.new_tokens, check.num_beams)
+        measure(run, device, warmup=1)
+        seconds = sorted(measure(run, device, warmup=0) for _ in range(check.repeats))[check.repeats // 2]
+        measured = {"ours": tokens / seconds, "unit": "new tokens/s"}
+        rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **measured})
+    for row in rows:
+        log(json.dumps(row))
+    return rows
+
+
+def _scratch() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="gpu-speed-ctranslate2-")
+
+
+def grid_child(device: str, pairs: int, length: int, seconds: float, vocab_size: int) -> dict:
+    """One Table 3 row's training steps for `seconds` after a warm-up: the `multi30k` model, one batch per update."""
+    device = torch.device(device)
+    config = vanilla_config("multi30k", vocab_size=vocab_size)
+    model = build_benchmark_model("vanilla", config).to(device)
+    batch = {name: tensor.to(device) for name, tensor in random_batch(pairs, length, length, vocab_size).items()}
+    step = train_step_fn("vanilla", model, batch, torch.float32)
+    measure(step, device, warmup=3)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        steps += 1
+    synchronize(device)
+    return {"steps": steps, "seconds": time.perf_counter() - start}
+
+
+def grid_rows(check: GpuCheck, device: str, log=print) -> list[dict]:
+    """The grid's model trained by 1 and by several processes at once: the whole device's tokens/s, counted as the
+    grid counts them (updates × padded tokens per batch)."""
+    rows = []
+    padded = check.grid_pairs * 2 * check.grid_length
+    for processes in check.grid_processes:
+        arguments = json.dumps([device, check.grid_pairs, check.grid_length, check.grid_seconds, 8000])
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-m", "vanilla_transformer.experiments.gpu_speed", "--grid-child", arguments],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
+            for _ in range(processes)
+        ]
+        results = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
+        if any(child.returncode for child in children):
+            raise RuntimeError(f"a grid process failed: {[child.returncode for child in children]}")
+        rate = sum(result["steps"] * padded / result["seconds"] for result in results)
+        rows.append(
+            {
+                "measure": f"Table 3 grid's model, {processes} process(es)",
+                "settings": f"multi30k model, {check.grid_pairs} pairs × {check.grid_length}+{check.grid_length} "
+                f"({padded} padded tokens) per update, fp32, {check.grid_seconds:.0f} s each",
+                "ours": rate,
+                "unit": "padded tokens/s, whole device",
+                "goal": GOALS["grid"],
+            }
+        )
+        log(json.dumps(rows[-1]))
+    return rows
+
+
+def markdown(report: dict) -> str:
+    """The report as one table under a line naming the device, torch, CUDA and the peak."""
+    lines = [
+        f"{report['date']}, {report['machine']}, torch {report['torch']}, CUDA {report['cuda']}; bf16 matmul peak "
+        f"{report['peak_flops'] / 1e12:.1f} TFLOP/s ({report['check']['peak_size']}³).",
+        "",
+        "| measure | settings | ours | Marian | ours / Marian | MFU (ours) | goal |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        ours = f"{row['ours']:,.0f} {row['unit']}" if "ours" in row else row.get("note", "")
+        marian = f"{row['marian']:,.0f}" if "marian" in row else ""
+        ratio = f"{row['ours_over_marian']:.2f}×" if "ours_over_marian" in row else ""
+        mfu = f"{row['mfu']:.1%}" if "mfu" in row else ""
+        lines.append(
+            f"| {row['measure']} | {row['settings']} | {ours} | {marian} | {ratio} | {mfu} | {row.get('goal', '')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_check(check: GpuCheck, device: str, sources: list[str], tokenizer, log=print) -> dict:
+    """Every measurement of the module docstring, in one report."""
+    torch.manual_seed(0)
+    device_type = torch.device(device)
+    peak = peak_matmul_flops(device_type, torch.bfloat16, size=check.peak_size)
+    log(f"bf16 matmul peak: {peak / 1e12:.2f} TFLOP/s")
+    rows = train_rows(check, device_type, peak, log)
+    rows += decoding_rows(check, device_type, sources, tokenizer, log)
+    rows += grid_rows(check, device, log)
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine_description(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "peak_flops": peak,
+        "check": asdict(check),
+        "rows": rows,
+    }
+
+
+def docs_parts(docs: Path) -> list[str]:
+    """The text of `docs` before, between and after its two `MARKER` lines (checked before anything is measured)."""
+    parts = docs.read_text(encoding="utf-8").split(MARKER)
+    if len(parts) != 3:
+        raise VanillaTransformerError(
+            f"{docs} must hold two {MARKER} lines, between which the table goes; it holds {len(parts) - 1}."
+        )
+    return parts
+
+
+def write_report(report: dict, output_dir: Path, docs: Path | None = None) -> Path:
+    """`gpu-speed.json` and `gpu-speed.md` in `output_dir`; with `docs`, the table between its two `MARKER` lines
+    (the file must hold both: nothing else of it is touched)."""
+    from ..files.outputs import write_text_atomic
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    table = markdown(report)
+    write_text_atomic(output_dir / "gpu-speed.json", json.dumps(report, indent=2) + "\n")
+    write_text_atomic(output_dir / "gpu-speed.md", table)
+    if docs is not None:
+        before, _, after = docs_parts(docs)
+        write_text_atomic(docs, f"{before}{MARKER}\n{table}{MARKER}{after}")
+    return output_dir / "gpu-speed.md"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sources", type=Path, help="newstest2014.en (one sentence per line); default: made-up text")
+    parser.add_argument(
+        "--tokenizer", default=None, help="the tokenizer for the sources (default: a BPE learned on them)"
+    )
+    parser.add_argument("--output-dir", type=Path, default=Path(os.environ.get("OUT", "outputs/gpu-speed")))
+    parser.add_argument("--docs", type=Path, help="a Markdown file with two <!-- gpu-check --> lines")
+    parser.add_argument("--small", action="store_true", help="tiny sizes: try the whole run on a CPU in a minute")
+    parser.add_argument("--grid-child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.grid_child:
+        print(json.dumps(grid_child(*json.loads(args.grid_child))))
+        return
+    if args.docs:
+        docs_parts(args.docs)
+    from ..data.text import read_lines
+    from ..data.tokenization import load_tokenizer, train_joint_bpe
+
+    if args.sources:
+        sources = read_lines(args.sources)
+    else:
+        sources = [" ".join(f"word{(i * 7 + j) % 50}" for j in range(5 + i % 20)) for i in range(200)]
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else train_joint_bpe(sources, vocab_size=8000)
+    check = GpuCheck.small() if args.small else GpuCheck()
+    report = run_check(check, args.device, sources, tokenizer)
+    print(write_report(report, args.output_dir, args.docs).read_text())
+
+
+if __name__ == "__main__":
+    main()
