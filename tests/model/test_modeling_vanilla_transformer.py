@@ -768,12 +768,12 @@ def test_wrong_shapes_name_the_expected_shape(model):
         model(inputs_embeds=torch.zeros(1, 3, 16), decoder_input_ids=target)
 
 
-def test_usage_example_from_the_readme_runs_as_written(tmp_path, monkeypatch):
-    readme = (ROOT / "README.md").read_text()
-    example = readme.split("<!-- usage-example -->")[1].split("```python")[1].split("```")[0]
+def test_usage_example_from_the_guide_runs_as_written(tmp_path, monkeypatch):
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    example = guide.split("<!-- usage-example -->")[1].split("```python")[1].split("```")[0]
     namespace = {"input_ids": torch.randint(4, 1000, (2, 6)), "mask": torch.ones(2, 6, dtype=torch.long)}
     monkeypatch.chdir(tmp_path)  # the example saves to ./out
-    exec(compile(example, "README.md", "exec"), namespace)
+    exec(compile(example, "docs/guide.md", "exec"), namespace)
     assert (tmp_path / "out" / "model.safetensors").exists()
     assert namespace["out"].shape[0] == 2
 
