@@ -46,15 +46,19 @@ from vanilla_transformer.errors import Multi30kUnavailable  # noqa: E402
 # transformers' convention: the tests that spawn processes or train are marked slow and run only with RUN_SLOW=1
 # (`.ci/run` runs them); the README's test command runs the rest in a few minutes.
 RUN_SLOW = os.environ.get("RUN_SLOW", "0").lower() in ("1", "true", "yes")
+# the tests marked cuda (tests/cuda/) need a GPU and run only with RUN_CUDA=1 (`scripts/gpu_check.sh`); CI has no GPU,
+# so they are deselected there as slow ones are, not counted as skipped
+RUN_CUDA = os.environ.get("RUN_CUDA", "0").lower() in ("1", "true", "yes")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if RUN_SLOW:
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    for marker, run in (("slow", RUN_SLOW), ("cuda", RUN_CUDA)):
+        if run:
+            continue
+        marked = [item for item in items if item.get_closest_marker(marker)]
+        if marked:
+            config.hook.pytest_deselected(items=marked)
+            items[:] = [item for item in items if not item.get_closest_marker(marker)]
 
 
 # pytest -n 2 runs two workers on two cores: more threads per worker only make them wait for each other
