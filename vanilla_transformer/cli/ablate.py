@@ -9,14 +9,30 @@ the preset's model and adds pre-LN; `--grid FILE` runs a JSON list of your own r
     [{"name": "h=16", "changes": {"encoder_attention_heads": 16, "decoder_attention_heads": 16}},
      {"name": "no smoothing", "changes": {"label_smoothing": 0.0}}]
 
-It writes rows/<row>/ (each a training run), table3.md, table3.csv and table3.png into --output-dir. Started again
-with the same --output-dir it skips the rows that are done and resumes a half-trained one from its checkpoint.
---jobs N trains N rows at once, each in its own process (on one GPU, CUDA MPS lets their kernels overlap); the
-grid's tokenizer is learned once, first. docs/table3.md holds the Multi30k run of the first command below.
+It writes rows/<row>/ (each a training run), table3.md, table3.csv, table3.png and table3_curves.png (each row's
+dev curve) into --output-dir. Started again with the same --output-dir it skips the rows that are done and resumes a
+half-trained one from its checkpoint. --jobs N trains N rows at once, each in its own process (on one GPU, CUDA MPS
+lets their kernels overlap); the grid's tokenizer is learned once, first.
+
+The table gives each row's Δ test BLEU against the base row with a 95% interval (paired bootstrap over the test
+sentences, seed 0's hypotheses), the paper's Δ and whether the two agree, tokenized BLEU beside sacreBLEU where the
+corpus has Multi30k's tok/ references, and whether each row's dev curve reached its plateau or diverged.
+--seeds N trains the base row under N seeds, then every row within 2 BLEU of the base's mean under N seeds too
+(mean ± sd). --lr-factors a,b,c trains the base row at each factor first and every row at the one with the best dev
+BLEU (the paper chose its recipe once, on the base model).
+
+--records DIR keeps every finished row's record (its scores, test hypotheses and curves) in DIR/rows/<row>.json beside
+the grid's settings (DIR/ablation.json): a folder meant for the repository, so that a later run, on another
+machine, with the same settings trains only the rows DIR lacks; DIR holding records of other settings is refused.
+--table-only renders the table from DIR alone into --output-dir. docs/table3.md holds the Multi30k run of the first
+command below (before records existed); the second is its converged form, resumable across GPU runs.
 
     vanilla-transformer ablate --preset multi30k --max-steps 2000 --max-tokens 8192 --tokens-per-update 8192 \
         --warmup-steps 500 --lr-factor 1.265 --seeds 3 --jobs 11 --threads 1 --test-split test2016 \
         --output-dir table3/multi30k
+    vanilla-transformer ablate --preset multi30k --max-steps 8000 --lr-factors 1.265,2.53,5.06 --seeds 3 \
+        --jobs 11 --threads 1 --test-split test2016 --records docs/table3/records --output-dir table3/multi30k-8k
+    vanilla-transformer ablate --records docs/table3/records --table-only --output-dir docs/table3
     vanilla-transformer ablate --preset demo --max-steps 200 --jobs 2 --threads 1 --output-dir table3/demo
 """
 
@@ -26,6 +42,7 @@ from .arguments import (
     add_language_arguments,
     add_typed_preset_arguments,
     existing_file,
+    float_list,
     optional_count,
     output_dir,
     positive_int,
@@ -48,7 +65,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=grid,
         help="'table3' (the paper's rows scaled to the preset) or a JSON file of rows",
     )
-    parser.add_argument("--seeds", type=positive_int, default=1, help="train the base row with this many seeds")
+    parser.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=1,
+        help="train the base row with this many seeds, then every row within 2 BLEU of the base's mean too",
+    )
+    parser.add_argument(
+        "--lr-factors",
+        type=float_list,
+        help="learning-rate factors (e.g. 1,2,4) tried on the base row first; every row trains at the best on dev",
+    )
+    parser.add_argument(
+        "--records",
+        type=output_dir,
+        help="a folder (e.g. docs/table3/records) keeping every finished row's record; its rows are not trained again",
+    )
+    parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="write the table from the --records folder alone into --output-dir (nothing trains)",
+    )
     parser.add_argument("--jobs", type=positive_int, default=1, help="rows trained at once, each in its own process")
     parser.add_argument("--threads", type=optional_count, help="CPU threads per row (default: torch's choice)")
     parser.add_argument("--test-split", default="test", help="the split decoded once per row (Multi30k: test2016)")
@@ -58,15 +95,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Run the grid and print where the table is."""
+    """Run the grid (or, with --table-only, render its records) and print where the table is."""
     from ..data.corpora import corpus_languages
-    from ..experiments.ablation import GridSettings, check_output_folder, load_grid, run_grid, table3_grid
+    from ..errors import UsageError
+    from ..experiments.ablation import (
+        GridSettings,
+        RecordFolder,
+        check_output_folder,
+        grid_settings,
+        load_grid,
+        run_grid,
+        table3_grid,
+        table_from_records,
+    )
     from ..training.presets import preset_from_arguments
 
+    if args.table_only:
+        if not args.records:
+            raise UsageError("--table-only renders the table from the records of --records DIR: give it.")
+        table_from_records(args.records, args.output_dir)
+        print(f"the table: {args.output_dir}/table3.md (and .csv, .png, table3_curves.png), from {args.records}")
+        return
+    factors = tuple(args.lr_factors or ())
+    if factors and args.lr_factor is not None:
+        raise UsageError("--lr-factors chooses the learning-rate factor on the base row; drop --lr-factor.")
+    if any(factor <= 0 for factor in factors) or len(set(factors)) < len(factors):
+        raise UsageError(f"--lr-factors {args.lr_factors}: give different factors, each above 0.")
     preset = preset_from_arguments(args)
     rows = table3_grid(preset, args.seeds) if args.grid == "table3" else load_grid(args.grid)
     source_lang, target_lang = corpus_languages(preset.corpus, args.source_lang, args.target_lang)
-    settings = GridSettings(source_lang, target_lang, args.test_split, args.eval_samples, args.threads)
+    settings = GridSettings(source_lang, target_lang, args.test_split, args.eval_samples, args.threads, factors)
+    if args.records:  # refused before the output folder is made: records of another recipe are named first
+        RecordFolder(args.records, grid_settings(preset, settings))
     check_output_folder(args.output_dir, preset, settings)
-    run_grid(preset, rows, args.output_dir, settings, jobs=args.jobs)
-    print(f"the table: {args.output_dir}/table3.md (and .csv, .png)")
+    run_grid(preset, rows, args.output_dir, settings, jobs=args.jobs, records_dir=args.records, seeds=args.seeds)
+    print(f"the table: {args.output_dir}/table3.md (and .csv, .png, table3_curves.png)")
