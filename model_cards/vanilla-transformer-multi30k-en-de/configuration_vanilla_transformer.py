@@ -79,8 +79,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         max_position_embeddings: rows of the precomputed sinusoidal table (longer inputs compute the rows they
             need) or the number of learned positions (a hard limit).
         position_encoding: `"sinusoidal"` (§3.5, sin and cos interleaved: PE(pos, 2i) = sin, PE(pos, 2i+1) = cos),
-            `"sinusoidal_halves"` (sin in the first half of the dimensions, cos in the second, as tensor2tensor,
-            fairseq and Marian lay it out), or `"learned"` (Table 3, row E).
+            `"sinusoidal_halves"` (sin in the first half of the dimensions, cos in the second, as transformers'
+            Marian lays it out; tensor2tensor's and fairseq's frequencies differ), or `"learned"` (Table 3, row E).
         normalize_before: False is the paper's post-LN `LayerNorm(x + Dropout(Sublayer(x)))`; True is pre-LN
             `x + Dropout(Sublayer(LayerNorm(x)))` with a final LayerNorm after each stack.
         attention_bias: add biases to W^Q, W^K, W^V and W^O (the equations of §3.2.2 have none).

@@ -80,8 +80,9 @@ def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start
 def sinusoidal_position_encoding(num_positions: int, dim: int, interleaved: bool = True) -> torch.Tensor:
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
 
-    With `interleaved=False` the sines fill the first half of the dimensions and the cosines the second, as in
-    tensor2tensor, fairseq and Marian. Computed in float64 so that far positions keep full float32 precision.
+    With `interleaved=False` the sines fill the first half of the dimensions and the cosines the second, as
+    transformers' Marian lays them out (tensor2tensor and fairseq do too, but space their frequencies by
+    log(10000)/(d/2 − 1), so their tables differ). Computed in float64 so that far positions keep float32 precision.
     """
     position = torch.arange(num_positions, dtype=torch.float64, device="cpu").unsqueeze(1)
     inverse_frequency = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim)
