@@ -1,5 +1,6 @@
 """A saved model on a test split: translate it and score the output both ways the project reports (`scoring`)."""
 
+import json
 from pathlib import Path
 
 from ..data.corpora import load_corpus, sides
@@ -7,10 +8,39 @@ from ..data.multi30k import multi30k_dir
 from ..data.text import read_lines, write_lines
 from ..data.tokenization import lowercases
 from ..errors import SettingsError
-from ..files.loading import recorded_languages
 from ..files.outputs import check_output_file, staged_file
 from .scoring import score_translations
 from .translation import load_translator
+
+
+def recorded_languages(name_or_path: str | Path) -> tuple[str, str, Path] | None:
+    """The direction a model was trained or released for, as its files record it: a release folder's
+    `results.json` (`data.languages`; for a Hub id, the copy downloaded with the model), else the `preset.json` of
+    the run a `final/` or `checkpoint-N` folder lies in. Returns (source, target, the file that says so), or None
+    where nothing records it."""
+    folder = Path(name_or_path).expanduser()
+    candidates = [folder / "results.json", folder.parent / "preset.json"]
+    if not folder.is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(str(name_or_path), "results.json")
+        except ValueError:  # not a Hub id either
+            return None
+        candidates = [Path(cached)] if isinstance(cached, str) else []
+    for path in candidates:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        languages = (record.get("data") or {}).get("languages") if path.name == "results.json" else None
+        run = record.get("run") or {}
+        languages = languages or [run.get("source_lang"), run.get("target_lang")]
+        if all(isinstance(lang, str) for lang in languages) and len(languages) == 2:
+            return languages[0], languages[1], path
+    return None
 
 
 def evaluate_model_on_split(
