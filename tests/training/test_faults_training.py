@@ -291,6 +291,7 @@ def test_the_loops_resume_with_dropout_reaches_the_weights_of_an_uninterrupted_r
         done = command(*argv, "--max-steps", steps, "--output-dir", output, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stdout
+    assert "lacks trainer_state.json" not in done.stderr  # the loop's checkpoints are complete without it
     straight, resumed = (load_file(tmp_path / name / "final" / "model.safetensors") for name in ("straight", "resumed"))
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)
     # a hostile random state in the loop's checkpoint is refused in one line, and the run's record stays as it was

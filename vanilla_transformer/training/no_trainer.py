@@ -306,7 +306,7 @@ def train_no_trainer(settings: TrainingSettings) -> NoTrainerRun:
     with run_lock(accelerator.state, output):  # one run at a time in a folder
         if accelerator.is_main_process:
             remove_stale_staging(output)  # checkpoints a killed run left half-written
-        prepared = prepare_run(accelerator.state, settings)
+        prepared = prepare_run(accelerator.state, settings, trainer=False)
         model, tokenizer, accumulation = prepared.model, prepared.data.tokenizer, prepared.accumulation
         collator = Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=IGNORED_LABEL_ID)
         train_loader, stream = training_batches(settings, prepared, collator, accelerator)

@@ -192,30 +192,32 @@ class PreparedRun:
     summary: str  # the parameters, pairs, tokens and batches, for the run's first lines
 
 
-def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
+def prepare_run(state: PartialState, settings: TrainingSettings, *, trainer: bool) -> PreparedRun:
     """The run's setup, on every process and under the run's lock (`run_lock`), for both training paths, in the
     order the data flows: the record of what it trains with (`check_record`, checked again now that no other run
     can start in the folder), the tokenizer and tokenized pairs (`prepare_run_data`), the settings the data refuses
     (`check_tokenized`; a stream's pairs are checked as they are read), the model, the pickles of the checkpoint a
-    resume loads (`check_checkpoint_pickles`), the record written by the main process, and its batches: token
+    resume loads (`check_checkpoint_pickles`: the Trainer's newest complete one with `trainer`, else the accelerate
+    loop's newest), the record written by the main process, and its batches: token
     budgets of `preset.max_tokens` (the sampler, built once here), `per_device_batch_size` pairs, or a stream, with
     `gradient_accumulation_steps` or else the accumulation that reaches `preset.tokens_per_update` counted over all
     processes."""
-    preset, record = settings.preset, settings.output_dir / "preset.json"
+    preset, output = settings.preset, settings.output_dir
     # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
     # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
-    check_record(settings, write=state.is_main_process and not record.is_file())
+    new_run = not (output / "preset.json").is_file()
+    check_record(settings, write=state.is_main_process and new_run)
     data = prepare_run_data(state, settings)
     state.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
     if not settings.streaming:
         check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
     model = build_model(preset, data.tokenizer)
-    if settings.resume and settings.output_dir.is_dir():
-        # the checkpoint either path resumes from: the Trainer's newest complete one, the loop's newest
-        for checkpoint in {last_complete_checkpoint(settings.output_dir), *list_checkpoints(settings.output_dir)[-1:]}:
-            if checkpoint is not None:
-                check_checkpoint_pickles(checkpoint)
-    if state.is_main_process:
+    if settings.resume and output.is_dir():
+        # the loop's checkpoints hold no trainer_state.json: last_complete_checkpoint would skip each with a warning
+        newest = last_complete_checkpoint(output) if trainer else next(reversed(list_checkpoints(output)), None)
+        if newest is not None:
+            check_checkpoint_pickles(newest)
+    if state.is_main_process and not new_run:
         write_record(settings)
     sampler = None
     if settings.streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
@@ -272,7 +274,7 @@ def train(settings: TrainingSettings) -> TrainingRun:
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
     with run_lock(state, output):  # one run at a time in a folder
-        prepared = prepare_run(state, settings)
+        prepared = prepare_run(state, settings, trainer=True)
         model, tokenizer = prepared.model, prepared.data.tokenizer
         trainer = VanillaTransformerTrainer(
             model=model,
