@@ -27,6 +27,7 @@ It writes `gpu-speed.json` and `gpu-speed.md` (one Markdown table, every figure 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -95,6 +96,12 @@ class GpuCheck:
         )
 
 
+def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 1) -> float:
+    """The median seconds of `repeats` calls of `fn`, after `warmup` calls (`benchmark.measure`)."""
+    measure(fn, device, warmup=warmup)
+    return statistics.median(measure(fn, device, warmup=0) for _ in range(repeats))
+
+
 def train_rows(check: GpuCheck, device: torch.device, peak: float, log=print) -> list[dict]:
     """The training step of each preset, ours and Marian, eager and compiled: target tokens/s and MFU."""
     rows = []
@@ -110,9 +117,8 @@ def train_rows(check: GpuCheck, device: torch.device, peak: float, log=print) ->
             for compiled in modes:
                 model = build_benchmark_model(name, config).to(device)
                 step = train_step_fn(name, torch.compile(model) if compiled else model, batch, torch.bfloat16)
-                measure(step, device, warmup=2)  # compiles, and warms the allocator and cuBLAS
-                seconds = sorted(measure(step, device, warmup=0) for _ in range(check.repeats))[check.repeats // 2]
-                times[name, compiled] = seconds
+                # two warm-up calls compile, and warm the allocator and cuBLAS
+                times[name, compiled] = median_seconds(step, device, check.repeats, warmup=2)
                 del model, step
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -143,8 +149,7 @@ def decoding_rows(check: GpuCheck, device: torch.device, sources: list[str], tok
     inputs = {name: inputs[name].to(device) for name in ("input_ids", "attention_mask")}
     model = build_benchmark_model("vanilla", config).to(device, torch.bfloat16)
     decode = generate_fn("vanilla", model, inputs, check.new_tokens, check.num_beams)
-    measure(decode, device, warmup=1)
-    seconds = sorted(measure(decode, device, warmup=0) for _ in range(check.repeats))[check.repeats // 2]
+    seconds = median_seconds(decode, device, check.repeats)
     tokens = check.generate_batch * check.new_tokens
     longest = inputs["input_ids"].shape[1]
     settings = (
@@ -160,8 +165,7 @@ def decoding_rows(check: GpuCheck, device: torch.device, sources: list[str], tok
     else:
         [translate_fn] = exported.values()
         run = translate_fn(inputs, check.new_tokens, check.num_beams)
-        measure(run, device, warmup=1)
-        seconds = sorted(measure(run, device, warmup=0) for _ in range(check.repeats))[check.repeats // 2]
+        seconds = median_seconds(run, device, check.repeats)
         measured = {"ours": tokens / seconds, "unit": "new tokens/s"}
         rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **measured})
     for row in rows:
