@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -158,25 +159,20 @@ def decoding_rows(check: GpuCheck, device: torch.device, sources: list[str], tok
     )
     rows = [{"measure": "generate(), bf16", "settings": settings, "ours": tokens / seconds, "unit": "new tokens/s"}]
     compute_type = "float16" if device.type == "cuda" else "int8"
-    try:
-        exported = ctranslate2_fns(model.float(), _scratch(), device, {f"ctranslate2_{compute_type}": compute_type})
-    except (ImportError, RuntimeError, ValueError) as error:  # no wheel for this machine, or no CUDA build of it
-        rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, "unit": "", "note": str(error)})
-    else:
-        [translate_fn] = exported.values()
-        run = translate_fn(inputs, check.new_tokens, check.num_beams)
-        seconds = median_seconds(run, device, check.repeats)
-        measured = {"ours": tokens / seconds, "unit": "new tokens/s"}
-        rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **measured})
+    with tempfile.TemporaryDirectory(prefix="gpu-speed-ctranslate2-") as scratch:  # the export, removed after timing
+        try:
+            exported = ctranslate2_fns(model.float(), scratch, device, {f"ctranslate2_{compute_type}": compute_type})
+        except (ImportError, RuntimeError, ValueError) as error:  # no wheel for this machine, or no CUDA build of it
+            note = {"unit": "", "note": str(error)}
+            rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **note})
+        else:
+            [translate_fn] = exported.values()
+            seconds = median_seconds(translate_fn(inputs, check.new_tokens, check.num_beams), device, check.repeats)
+            measured = {"ours": tokens / seconds, "unit": "new tokens/s"}
+            rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **measured})
     for row in rows:
         log(json.dumps(row))
     return rows
-
-
-def _scratch() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="gpu-speed-ctranslate2-")
 
 
 def grid_child(device: str, pairs: int, length: int, seconds: float, vocab_size: int) -> dict:
