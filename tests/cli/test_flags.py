@@ -17,11 +17,11 @@ import pytest
 import torch
 from conftest import run_in_process, script_main, tiny_model
 
-from vanilla_transformer.cli.arguments import MAX_NUM_BEAMS, available_devices, device
+from vanilla_transformer.cli.arguments import available_devices, device
 from vanilla_transformer.cli.main import _run, _set_up, build_parser, main, user_error_message
 from vanilla_transformer.errors import ModelFolderError, SettingsError, UsageError
 from vanilla_transformer.training.presets import PRESET_FLAGS, get_training_preset
-from vanilla_transformer.training.ranges import TRAINING_RANGES
+from vanilla_transformer.training.ranges import MAX_NUM_BEAMS, TRAINING_RANGES
 from vanilla_transformer.training.settings import TrainingSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,22 +20,22 @@ from conftest import tiny_model
 
 from vanilla_transformer.experiments.ablation import (
     AblationRow,
-    GridSettings,
-    RecordFolder,
-    bleu_statistics,
     check_grid,
-    check_output_folder,
-    dev_perplexity,
-    grid_settings,
     load_grid,
-    record_text,
     reseed_rows,
     run_grid,
     table3_grid,
     table_from_records,
-    tokenized_references,
     with_base_seeds,
 )
+from vanilla_transformer.experiments.grid_records import (
+    GridSettings,
+    RecordFolder,
+    check_output_folder,
+    grid_settings,
+    record_text,
+)
+from vanilla_transformer.experiments.row_scores import bleu_statistics, dev_perplexity, tokenized_references
 from vanilla_transformer.experiments.table3 import (
     PAPER_ROWS,
     agreement,

@@ -372,8 +372,8 @@ def test_plot_attention_writes_beside_and_never_into_the_model(model_folder, tmp
 @pytest.mark.parametrize("function", ["train", "train_no_trainer"])
 def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(function, tmp_path):
     from vanilla_transformer.training.no_trainer import train_no_trainer
-    from vanilla_transformer.training.run import check_run_folder, train
-    from vanilla_transformer.training.settings import TrainingSettings
+    from vanilla_transformer.training.run import train
+    from vanilla_transformer.training.settings import TrainingSettings, check_run_folder
 
     train_function = {"train": train, "train_no_trainer": train_no_trainer}[function]
     preset = get_training_preset("demo")

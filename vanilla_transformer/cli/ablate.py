@@ -98,16 +98,8 @@ def run(args: argparse.Namespace) -> None:
     """Run the grid (or, with --table-only, render its records) and print where the table is."""
     from ..data.corpora import corpus_languages
     from ..errors import UsageError
-    from ..experiments.ablation import (
-        GridSettings,
-        RecordFolder,
-        check_output_folder,
-        grid_settings,
-        load_grid,
-        run_grid,
-        table3_grid,
-        table_from_records,
-    )
+    from ..experiments.ablation import load_grid, run_grid, table3_grid, table_from_records
+    from ..experiments.grid_records import GridSettings, RecordFolder, check_output_folder, grid_settings
     from ..training.presets import preset_from_arguments
 
     if args.table_only:

@@ -1,14 +1,13 @@
 """The subcommands of `vanilla-transformer` (`vanilla_transformer/cli/main.py`), one module each.
 
 A command module's docstring is its help (the first line: its summary in the command list), `add_arguments(parser)`
-declares its flags, and `run(args)` does the work: arguments that do not go together raise `UsageError`, and an
-expected failure ends with `sys.exit("error: ...")`. Each module imports what does the work (datasets, sacrebleu,
-matplotlib, the trainer) inside `run`, so that `--help` stays quick.
+declares its flags, and `run(args)` does the work: arguments that do not go together raise `UsageError`, other
+refusals a `VanillaTransformerError` (`main` prints either as one line). Each module imports what does the work
+(datasets, sacrebleu, matplotlib, the trainer) inside `run`, so that `--help` stays quick.
 
-Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a batch of 0
-pairs, a beam of 0, a folder where a file is read, a device this machine lacks) stops the command at once with one
-line naming the flag, the value and the fix (argparse's `error: argument --flag: ...`, exit status 2). What only the
-loaded model can tell (beams past its vocabulary) is checked by the model's `generate`.
+Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a batch of 0,
+a folder where a file is read, a device this machine lacks) stops the command at once with argparse's one line
+`error: argument --flag: ...` naming the value and the fix (exit status 2).
 """
 
 import argparse
@@ -17,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..training.ranges import BEAMS, MAX_NUM_BEAMS, TRAINING_RANGES, Range
+from ..training.ranges import BEAMS, TRAINING_RANGES, Range
 
 # --data-dir of the commands that read Multi30k: None is resolved by vanilla_transformer.data.multi30k.multi30k_dir
 DATA_DIR_HELP = (
@@ -53,28 +52,14 @@ def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Cal
     return argument_type(Range(minimum, high, whole=True, fix=fix), f"int_in_range_{minimum}_{maximum}")
 
 
-def training_type(field: str) -> Callable[[str], int | float]:
-    """The `type=` of a numeric training setting: its rule in `ranges.TRAINING_RANGES`, which the training functions
-    apply to their arguments too."""
-    return argument_type(TRAINING_RANGES[field], field)
-
-
-positive_int = int_in_range(1)
-positive_int.__doc__ = "A `type=` for counts that must be at least 1 (steps, batches, samples)."
-non_negative_int = int_in_range(0)
-non_negative_int.__doc__ = "A `type=` for 0-based indices (layers, heads)."
-optional_count = int_in_range(1, fix="give 1 or more, or leave the flag out")
-optional_count.__doc__ = "`positive_int` for options with a default when left out (threads, batch sizes of pairs)."
-num_beams = argument_type(BEAMS, "num_beams")
-num_beams.__doc__ = (
-    f"A `type=` for beam sizes: 1 (greedy) to {MAX_NUM_BEAMS}; `generate` checks the model's vocabulary."
-)
+# the `type=`s of numbers; `generate` checks beams against the model's vocabulary
+positive_int = int_in_range(1)  # steps, batches, samples
+non_negative_int = int_in_range(0)  # 0-based indices (layers, heads)
+optional_count = int_in_range(1, fix="give 1 or more, or leave the flag out")  # flags with a default when left out
+num_beams = argument_type(BEAMS, "num_beams")  # 1 (greedy) to MAX_NUM_BEAMS
 seed = int_in_range(0, MAX_SEED)
-seed.__doc__ = f"A `type=` for random seeds: 0 to {MAX_SEED}, what `transformers.set_seed` takes."
-finite_float = argument_type(Range(-math.inf, fix="give a finite number"), "finite_float")
-finite_float.__doc__ = "A `type=` for any finite number (`nan` and `inf` are refused)."
+finite_float = argument_type(Range(-math.inf, fix="give a finite number"), "finite_float")  # no nan or inf
 non_negative_float = argument_type(Range(0, fix="give 0 or more"), "non_negative_float")
-non_negative_float.__doc__ = "A `type=` for finite numbers of at least 0 (hours, length penalties)."
 
 
 def float_list(text: str) -> list[float]:
@@ -255,34 +240,39 @@ def repo_id(text: str) -> str:
 # --- shared flags ----------------------------------------------------------------------------------------------------
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
+def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """`--dtype` and `--engine`, the choices of `translation.load_translator`, for the commands that translate with
-    a loaded model; `scope` prefixes each help (e.g. "with --model: ")."""
+    a loaded model."""
     parser.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16"],
-        help=f"{scope}the weights' type for the pytorch engine (default: as saved); bfloat16 uses the CPU's AMX units",
+        help="the weights' type for the pytorch engine (default: as saved); bfloat16 uses the CPU's AMX units",
     )
     parser.add_argument(
         "--engine",
         default="pytorch",
         choices=["pytorch", "ctranslate2"],
-        help=f"{scope}pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
+        help="pytorch (default), or ctranslate2 with --model a folder made by `export-ctranslate2`",
     )
 
 
-def add_language_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
+def add_overwrite_argument(parser: argparse.ArgumentParser, folder: str = "--output-dir") -> None:
+    """`--overwrite`: replace `folder` even if it holds what no command of ours wrote."""
+    parser.add_argument(
+        "--overwrite", action="store_true", help=f"replace {folder} even if it holds what no command of ours wrote"
+    )
+
+
+def add_language_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """`--source-lang` and `--target-lang`: en and de by default, except for a TSV file, whose columns do not say
     (`data.corpora.corpus_languages`)."""
     for flag, default in (("--source-lang", "en"), ("--target-lang", "de")):
-        parser.add_argument(
-            flag, help=f"{scope}default: {default}; needed for a TSV file unless its name says (en-zh.tsv)"
-        )
+        parser.add_argument(flag, help=f"default: {default}; needed for a TSV file unless its name says (en-zh.tsv)")
 
 
 def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset` and one flag per `presets.PRESET_FLAGS` field, overriding the preset where given: numbers checked
-    by their rule (`training_type`), `--lowercase`/`--no-lowercase`, the others text."""
+    """`--preset` and one flag per `presets.PRESET_FLAGS` field, overriding the preset where given
+    (`--lowercase`/`--no-lowercase` for a yes or no)."""
     from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS
 
     parser.add_argument(
@@ -291,11 +281,18 @@ def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
         help="default: demo, or, resuming a run, the settings it recorded (preset.json)",
     )
     for field, help_text in PRESET_FLAGS.items():
-        flag = f"--{field.replace('_', '-')}"
         if isinstance(getattr(TRAINING_PRESETS["demo"], field), bool):
-            parser.add_argument(flag, help=help_text, action=argparse.BooleanOptionalAction)
+            parser.add_argument(f"--{field.replace('_', '-')}", help=help_text, action=argparse.BooleanOptionalAction)
         else:
-            parser.add_argument(flag, help=help_text, type=training_type(field) if field in TRAINING_RANGES else str)
+            add_setting_arguments(parser, {field: help_text})
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser, helps: dict[str, str | None], **defaults: object) -> None:
+    """A flag `--field-name` per training setting in `helps` (field: help), checked by its rule in `TRAINING_RANGES`
+    (which the training functions apply too; else text), with its default in `defaults` (else None)."""
+    for field, help_text in helps.items():
+        kind = argument_type(TRAINING_RANGES[field], field) if field in TRAINING_RANGES else str
+        parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=defaults.get(field), help=help_text)
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -304,28 +301,24 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     add_typed_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)
-    parser.add_argument(
-        "--per-device-batch-size",
-        type=training_type("per_device_batch_size"),
-        help="batches of this many pairs instead of tokens",
-    )
-    parser.add_argument(
-        "--max-grad-norm", type=training_type("max_grad_norm"), help="clip gradients to this norm (default 0: never)"
-    )
-    parser.add_argument(
-        "--eval-beams", type=training_type("eval_beams"), default=1, help="beams for validation BLEU during training"
-    )
-    parser.add_argument(
-        "--eval-samples", type=training_type("eval_samples"), help="validate on the first N valid pairs only"
-    )
+    helps = {
+        "per_device_batch_size": "batches of this many pairs instead of tokens",
+        "max_grad_norm": "clip gradients to this norm (default 0: never)",
+        "eval_beams": "beams for validation BLEU during training",
+        "eval_samples": "validate on the first N valid pairs only",
+        "threads": "CPU threads for torch (default: torch's choice)",
+        "log_steps": None,
+    }
+    add_setting_arguments(parser, helps, eval_beams=1, log_steps=50)
     parser.add_argument("--seed", type=seed, help="default: 0")
     parser.add_argument(
         "--no-resume", action="store_true", help="never resume: stop with an error if --output-dir already holds a run"
     )
     parser.add_argument(
-        "--threads", type=training_type("threads"), help="CPU threads for torch (default: torch's choice)"
+        "--overwrite",
+        action="store_true",
+        help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
     )
-    parser.add_argument("--log-steps", type=training_type("log_steps"), default=50)
     tokenizer = parser.add_mutually_exclusive_group()
     tokenizer.add_argument(
         "--tokenizer",

@@ -7,11 +7,10 @@ The run folder holds the checkpoint-<step> folders that `vanilla-transformer tra
 
 import argparse
 
-from .arguments import existing_dir, output_dir, positive_int
+from .arguments import add_overwrite_argument, existing_dir, output_dir, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The run, how many checkpoints, and where the average goes."""
     parser.add_argument(
         "--run-dir", required=True, type=existing_dir, help="the folder holding checkpoint-<step> folders"
     )
@@ -19,13 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--last", type=positive_int, default=5, help="how many of the newest checkpoints (paper: 5 base, 20 big)"
     )
     parser.add_argument("--output-dir", required=True, type=output_dir)
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace --output-dir even if it holds what no command of ours wrote"
-    )
+    add_overwrite_argument(parser)
 
 
 def run(args: argparse.Namespace) -> None:
-    """Average and print which checkpoints went in."""
     from ..errors import ModelFolderError
     from ..files.outputs import folder_in_use
     from ..training.checkpoints import average_checkpoints

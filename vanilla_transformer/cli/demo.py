@@ -23,7 +23,6 @@ REAL_SENTENCES = [
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The demo's flags."""
     from ..training.presets import TRAINING_PRESETS
 
     # the demo averages its last checkpoints, and saves at most one per update
@@ -41,7 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Run `run_demo`."""
     run_demo(args.output_dir, args.max_steps)
 
 

@@ -14,15 +14,12 @@ from .arguments import DATA_DIR_HELP, existing_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where the files are."""
     parser.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
 
 
 def run(args: argparse.Namespace) -> None:
-    """Resolve the folder with `vanilla_transformer.data.multi30k.multi30k_dir` and print it (alone on stdout, for
-    `$(vanilla-transformer download-multi30k)`); progress goes to stderr."""
-    # imported here: the module belongs to the data stage, and --help must not need it
     from ..data.multi30k import multi30k_dir
 
+    # the folder alone on stdout, for `$(vanilla-transformer download-multi30k)`; progress goes to stderr
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     print(multi30k_dir(args.data_dir))

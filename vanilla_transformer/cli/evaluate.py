@@ -1,8 +1,7 @@
 """Score translations, or a model's translations of a split: sacreBLEU, chrF, tokenized BLEU as JSON.
 
-sacreBLEU (with the tokenizer sacreBLEU picks for the target language: zh, ja-mecab, ko-mecab, else 13a) and chrF
-are computed on the raw references and, where the official lowercased Moses-tokenized reference
-exists, BLEU on it as the Multi30k literature reports it. The scores and their signatures are printed as JSON.
+sacreBLEU and chrF are computed on the raw references and, where the official lowercased Moses-tokenized reference
+exists, BLEU on it as the Multi30k literature reports it; the scores print with their signatures.
 
 Scoring a file of translations:
     vanilla-transformer evaluate --hypotheses hyp.de --references test2016.de \\
@@ -31,22 +30,10 @@ from .arguments import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Either a hypotheses file with its references, or a model with a split to translate."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--hypotheses", type=existing_file, help="translations to score, one per line")
     source.add_argument(
         "--model", type=model_source, help="a saved model folder or Hub id whose translations of --split are scored"
-    )
-    parser.add_argument(
-        "--references", type=existing_file, help="with --hypotheses: the raw (detokenized, cased) references"
-    )
-    parser.add_argument(
-        "--tokenized-references", type=existing_file, help="with --hypotheses: lowercased Moses-tokenized references"
-    )
-    parser.add_argument(
-        "--lang",
-        default="de",
-        help="with --hypotheses: language of the translations (sacreBLEU's tokenizer for it, Moses rules)",
     )
     parser.add_argument(
         "--bleu-tokenize",
@@ -55,29 +42,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sacreBLEU's tokenizer; default: the one sacreBLEU picks for the target language (zh, ja-mecab, "
         "ko-mecab, else 13a)",
     )
-    parser.add_argument(
-        "--lowercase", action="store_true", help="with --hypotheses: case-insensitive sacreBLEU and chrF"
+    scoring = parser.add_argument_group("with --hypotheses")
+    scoring.add_argument("--references", type=existing_file, help="the raw (detokenized, cased) references")
+    scoring.add_argument("--tokenized-references", type=existing_file, help="lowercased Moses-tokenized references")
+    scoring.add_argument(
+        "--lang", default="de", help="language of the translations (sacreBLEU's tokenizer for it, Moses rules)"
     )
-    parser.add_argument("--split", help="with --model: the split to translate, e.g. test2016, test2017, valid")
-    data = parser.add_mutually_exclusive_group()
-    data.add_argument("--data-dir", default=None, type=existing_dir, help=f"with --model: {DATA_DIR_HELP}")
+    scoring.add_argument("--lowercase", action="store_true", help="case-insensitive sacreBLEU and chrF")
+    translating = parser.add_argument_group("with --model")
+    translating.add_argument("--split", help="the split to translate, e.g. test2016, test2017, valid")
+    data = translating.add_mutually_exclusive_group()
+    data.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
     data.add_argument(
         "--corpus-file",
         type=existing_file,
-        help="with --model: an Anki/Tatoeba TSV file (English<TAB>translation<TAB>attribution) whose --split "
-        "(train, valid, test: the split rule of vanilla_transformer/data/anki.py) is translated",
+        help="an Anki/Tatoeba TSV file (English<TAB>translation<TAB>attribution) whose --split (train, valid, test: "
+        "the split rule of vanilla_transformer/data/anki.py) is translated",
     )
-    add_language_arguments(parser, "with --model: ")
-    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
-    parser.add_argument("--num-beams", type=num_beams, default=4, help="beam size (the paper: 4, §6.1)")
-    parser.add_argument(
-        "--output-hypotheses", type=output_file, help="with --model: write the translations to this file"
-    )
-    add_engine_arguments(parser, "with --model: ")
+    add_language_arguments(translating)
+    translating.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
+    translating.add_argument("--num-beams", type=num_beams, default=4, help="beam size (the paper: 4, §6.1)")
+    translating.add_argument("--output-hypotheses", type=output_file, help="write the translations to this file")
+    add_engine_arguments(translating)
 
 
 def run(args: argparse.Namespace) -> None:
-    """Score the file, or translate the split and score that; print the scores."""
     if args.hypotheses is not None and args.references is None:
         raise UsageError("--hypotheses needs --references")
     if args.model is not None and args.split is None:

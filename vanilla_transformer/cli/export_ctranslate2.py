@@ -9,11 +9,10 @@ Needs the optional package ctranslate2 (the extra: pip install ".[ctranslate2]" 
 
 import argparse
 
-from .arguments import int_in_range, model_source, output_dir
+from .arguments import add_overwrite_argument, int_in_range, model_source, output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model folder, the export folder, the weight type and the position limit."""
     from ..inference.ctranslate2_engine import QUANTIZATIONS
 
     parser.add_argument("model_dir", type=model_source, help="a saved model folder or Hub id (with its tokenizer)")
@@ -31,13 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="positions the export holds (default: max(max_position_embeddings, 1024); a learned table is exported "
         "as it is); longer sentences and translations cannot be decoded by the export",
     )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace OUTPUT_DIR even if it holds what no command of ours wrote"
-    )
+    add_overwrite_argument(parser, "OUTPUT_DIR")
 
 
 def run(args: argparse.Namespace) -> None:
-    """Export and say where it went."""
     from ..inference.ctranslate2_engine import export_ctranslate2
 
     folder = export_ctranslate2(

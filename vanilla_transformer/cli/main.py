@@ -55,8 +55,7 @@ USER_ERROR_STATUS = 2
 DEBUG_HELP = "on an error, show its traceback too (for a bug report)"
 # errors of the operating system about a path given: a file or folder missing, of the wrong kind, or not permitted
 PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-# a full disk or quota, a file-size limit, or a read-only file system: outputs are staged, so the destination is as
-# it was
+# a full disk or quota, a file-size limit, or a read-only file system: outputs are staged, so nothing was replaced
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 # how libraries that write files in Rust or C++ (safetensors, torch.save) report a full disk: no OSError reaches us
 OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")
@@ -81,36 +80,30 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 
 def _storage_error(error: BaseException) -> str | None:
-    """The one line for a write that failed on a full disk, a quota or size limit or a read-only file system,
-    wherever in `error`'s chain it shows: an `OSError`, or the message of a library that writes in native code
-    (safetensors' `(os error 28)`, torch.save's `file write failed`, which gives no cause)."""
+    """The one line for a write refused for `STORAGE_ERRNOS` anywhere in `error`'s chain: an `OSError`, or the message
+    of a library that writes in native code (safetensors' `(os error 28)`, torch.save's `file write failed`)."""
     for link in _chain(error):
+        number = OS_ERROR_NUMBER.search(str(link))
         if isinstance(link, OSError) and link.errno in STORAGE_ERRNOS:
             where = f" writing {link.filename}" if link.filename else ""
-            return f"error: {link.strerror or link}{where}: {_storage_fix(link.errno)}; what was there is kept"
-        number = OS_ERROR_NUMBER.search(str(link))
-        if number and int(number.group(1)) in STORAGE_ERRNOS:
-            cause, code = os.strerror(int(number.group(1))), int(number.group(1))
+            cause, code = f"{link.strerror or link}{where}", link.errno
+        elif number and int(number.group(1)) in STORAGE_ERRNOS:
+            code = int(number.group(1))
+            cause = os.strerror(code)
         elif not number and WRITE_FAILED.search(str(link)):
             cause, code = "a file could not be written (is the disk full?)", errno.ENOSPC
         else:
             continue
-        return f"error: {cause}: {_storage_fix(code)}; what was there is kept"
+        if code == errno.EROFS:  # no space to free: another place is the only way
+            fix = "the file system is mounted read-only; choose a writable folder (or point the cache elsewhere)"
+        else:
+            fix = "free space (or choose another disk)"
+        return f"error: {cause}: {fix}; what was there is kept"
     return None
 
 
-def _storage_fix(code: int) -> str:
-    if code == errno.EROFS:  # no space to free: another place is the only way
-        return "the file system is mounted read-only; choose a writable folder (or point the cache elsewhere)"
-    return "free space (or choose another disk)"
-
-
 def user_error_message(error: BaseException) -> str | None:
-    """The one line `error: ...` for an exception that tells the user what to change, or None for a bug.
-
-    User errors: the package's refusals (`VanillaTransformerError`, whose message names the problem and the fix), and
-    the operating system's refusal of a path (a file missing, a folder where a file belongs, no permission) or of a
-    write (a full disk, a quota, a read-only file system). Anything else is a bug: its traceback shows."""
+    """The one line `error: ...` for a user error (the module docstring says which), or None for a bug."""
     if isinstance(error, VanillaTransformerError):
         return f"error: {error}"
     message = _storage_error(error)
@@ -122,9 +115,8 @@ def user_error_message(error: BaseException) -> str | None:
 
 
 def _run(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
-    """Parse `argv` and run the command: a user error ends it with one line and status 2 (a `UsageError` with the
-    command's usage too); under `--debug` it is raised as it is, with its traceback. Any other exception is a bug
-    and raised with its traceback."""
+    """Parse `argv` and run the command: a user error ends it with one line (a `UsageError` with the command's usage
+    too) and status 2, unless `--debug` asks for its traceback."""
     args = parser.parse_args(argv)
     try:
         args._run(args)

@@ -15,7 +15,6 @@ from .arguments import model_source, non_negative_int, output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model, the sentence, and which layers and heads."""
     parser.add_argument("--model", required=True, type=model_source, help="a model folder or Hub id")
     parser.add_argument("--sentence", required=True, help="the source sentence")
     parser.add_argument("--target", help="the target sentence (default: the model's translation)")
@@ -25,7 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Write attention-encoder.png and attention-cross.png under --output-dir."""
     from ..experiments.plots import attention_maps, plot_attention
     from ..files.loading import load_model_and_tokenizer
     from ..files.outputs import check_output_file, staged_file

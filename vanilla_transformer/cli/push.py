@@ -1,22 +1,18 @@
 """Check a saved model folder and push it to the Hugging Face Hub.
 
-Nothing is sent unless the folder is complete and safe, and only the model is sent.
-
     vanilla-transformer push model_cards/vanilla-transformer-multi30k-en-de --repo-id your-name/multi30k-en-de
     vanilla-transformer push outputs/multi30k/final --repo-id your-name/multi30k-en-de --dry-run
 
-The folder needs model.safetensors (no pickles anywhere), config.json with an auto_map for AutoConfig, AutoModel and
-AutoModelForSeq2SeqLM and its code files, tokenizer files, generation_config.json and a README.md card with YAML
-metadata; a missing card is rendered from the package's card template with the run's scores and arguments. A folder
-that fails gets the list of every problem and nothing is sent. The token and endpoint come from HF_TOKEN (or
-`hf auth login`) and HF_ENDPOINT.
+The folder needs model.safetensors, config.json with an auto_map for AutoConfig, AutoModel and AutoModelForSeq2SeqLM
+and its code files, tokenizer files, generation_config.json and a README.md card (a missing one is rendered from the
+package's template with the run's scores). The token and endpoint come from HF_TOKEN (or `hf auth login`) and
+HF_ENDPOINT.
 
-Only the model's files are sent: config.json, generation_config.json, model.safetensors (or the shards its
-model.safetensors.index.json names, and the index), their .sha256, the tokenizer files, the code files, README.md
-and results.json. Anything else in the folder (runs/, checkpoints, credentials, notes) stays behind, and one line
-names it. Refused: a pickle anywhere in the folder; a file to send that is a link out of the folder; weights that fail
-their .sha256 or hold NaN or Inf; code files that differ from the installed package's (every downloader runs them
-with trust_remote_code=True) unless --allow-modified-code. --dry-run lists what would be sent and sends nothing.
+Only those files are sent (with the weights' shards and .sha256, and results.json); anything else (runs/,
+checkpoints, credentials, notes) stays behind, and one line names it. Refused, with every problem listed and nothing
+sent: a pickle anywhere in the folder; a file to send that links out of it; weights that fail their .sha256 or hold
+NaN or Inf; code files that differ from the installed package's (downloaders run them with trust_remote_code=True)
+unless --allow-modified-code.
 """
 
 import argparse
@@ -25,7 +21,6 @@ from .arguments import existing_dir, repo_id
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The folder, the repo, and how the commit lands."""
     parser.add_argument(
         "folder", type=existing_dir, help="the folder to push (save_pretrained output or a release folder)"
     )
@@ -45,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Check, say what stays behind, and push (or, with --dry-run, list what would be sent); a refused folder or push
-    raises its one-line reason (`FolderNotReadyError`, `HubPushError`)."""
     from ..release.hub import plan_push, push_folder
 
     plan = plan_push(args.folder, args.repo_id, allow_modified_code=args.allow_modified_code)

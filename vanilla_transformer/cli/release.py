@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .arguments import (
     DATA_DIR_HELP,
+    add_overwrite_argument,
     existing_dir,
     existing_file,
     float_list,
@@ -27,17 +28,7 @@ from .arguments import (
 )
 
 
-def hardware() -> str:
-    """This machine's GPU, else its CPU architecture and core count: what the card says the run trained on."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name()
-    return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The run, the release folder, and what the card says."""
     parser.add_argument("--run-dir", required=True, type=existing_dir)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     parser.add_argument(
@@ -66,15 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float_list,
         help="comma-separated α values to try on valid; the best is the release's (default: the paper's 0.6)",
     )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace --output-dir (and the run's final/) even if it holds what no command of ours wrote",
-    )
+    add_overwrite_argument(parser, "--output-dir (and the run's final/)")
 
 
 def run(args: argparse.Namespace) -> None:
-    """Average, tune α when asked, score, write the release folder, and print its results."""
     from ..data.corpora import corpus_location
     from ..data.multi30k import MULTI30K_ENV
     from ..files.outputs import check_not_an_input, check_output_folder
@@ -105,7 +91,12 @@ def run(args: argparse.Namespace) -> None:
     on_valid = {}
     if args.length_penalties:
         on_valid = adopt_best_length_penalty(final, data, args.length_penalties)
-    machine = args.hardware if args.hardware is not None else hardware()
+    machine = args.hardware
+    if machine is None:  # this machine's GPU, else its CPU
+        import torch
+
+        gpu = torch.cuda.is_available()
+        machine = torch.cuda.get_device_name() if gpu else f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
     training = training_summary(
         run_dir, preset, final, averaged, machine, args.status, args.train_hours, on_valid, data.valid_metric
     )

@@ -18,7 +18,6 @@ from .arguments import add_training_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset`, one flag per preset field, the options both training commands share, and those of the run."""
     add_training_arguments(parser)
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument(
@@ -28,17 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     precision.add_argument("--fp16", action="store_true", help="float16 mixed precision with loss scaling")
     parser.add_argument("--report-to", default="tensorboard", help="'tensorboard', 'none', or another integration")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="train in --output-dir even if it is a non-empty folder that holds no run of ours (no preset.json)",
-    )
 
 
 def run(args: argparse.Namespace) -> None:
-    """Train (or resume) the run and print where its averaged final model is."""
     from ..training.run import train
     from ..training.settings import TrainingSettings
 
-    result = train(TrainingSettings.from_arguments(args, "train"))
+    settings = TrainingSettings.from_arguments(args, "train")
+    result = train(settings)
     print(f"final model: {result.final_dir}")

@@ -8,11 +8,10 @@ decode(encode(x)) != x and shows ten.
 
 import argparse
 
-from .arguments import output_dir, training_type
+from .arguments import add_overwrite_argument, add_setting_arguments, output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The corpus, the languages and the vocabulary."""
     parser.add_argument(
         "--corpus", default="builtin", help="'multi30k', 'builtin', a folder of {split}.{lang} files or a datasets name"
     )
@@ -20,21 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="train")
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
-    parser.add_argument(
-        "--vocab-size",
-        type=training_type("vocab_size"),
-        default=8000,
-        help="~8000 for Multi30k, 37000 for WMT14 (paper)",
-    )
+    add_setting_arguments(parser, {"vocab_size": "~8000 for Multi30k, 37000 for WMT14 (paper)"}, vocab_size=8000)
     parser.add_argument("--lowercase", action="store_true", help="lowercase every text (the Multi30k literature)")
     parser.add_argument("--output-dir", required=True, type=output_dir)
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace --output-dir even if it holds what no command of ours wrote"
-    )
+    add_overwrite_argument(parser)
 
 
 def run(args: argparse.Namespace) -> None:
-    """Train, save, and print the round-trip failures (the first 10 of them)."""
     from ..data.corpora import corpus_location, load_corpus
     from ..data.tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
     from ..files.outputs import check_not_an_input, check_output_folder, staged_folder

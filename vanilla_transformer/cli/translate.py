@@ -84,13 +84,8 @@ def run(args: argparse.Namespace) -> None:
     lines = read_stream_lines(sys.stdin.buffer, "<stdin>") if args.input == "-" else read_lines(args.input)
     start = time.perf_counter()
     translations = translator.translate(lines, batch_size=args.batch_size, num_beams=args.num_beams)
-    logger.info(
-        "translated %d lines in %.1fs on %s (%s)",
-        len(lines),
-        time.perf_counter() - start,
-        translator.device,
-        args.engine,
-    )
+    seconds = time.perf_counter() - start
+    logger.info("translated %d lines in %.1fs on %s (%s)", len(lines), seconds, translator.device, args.engine)
 
     if args.output == "-":
         broken = write_lines(None, translations)

@@ -1,19 +1,14 @@
-"""Speed and memory, side by side in one process: this model, transformers' `MarianMTModel` with identical dimensions
-(ReLU, √d_model-scaled and shared embeddings, sinusoidal positions, post-LN), and a plain `torch.nn.Transformer`
-with the same sizes; for ours and Marian also through `torch.compile` (`<name>_compiled`: the training step, and
-decoding with a static cache and a compiled step); and this model exported to CTranslate2 (`CTRANSLATE2`). Each
-precision of `run_benchmark(dtypes=...)` is a pass over every workload (rows of bf16 named `<name>_bf16`: autocast
-for training, bf16 weights for generation), its shares taken of that precision's measured matmul peak.
+"""Speed and memory, side by side in one process: this model, transformers' `MarianMTModel` and a plain
+`torch.nn.Transformer` of the same sizes (`benchmark_models`); ours and Marian also through `torch.compile`
+(`<name>_compiled`); and this model exported to CTranslate2 (`CTRANSLATE2`). Each precision of
+`run_benchmark(dtypes=...)` is a pass over every workload (rows named `<name>_bf16`: autocast for training, bf16
+weights for generation), its shares taken of that precision's measured matmul peak.
 
-Each workload runs on every model in turn, repeated with the order rotated so that no model always runs first, and
-the median of the repeats is reported with the ratios of `ratio_columns`. Token counts:
-
-- training: real (non-padding) source + target tokens per second of forward + backward + Adam step;
-- generation: generated tokens per second (batch × new tokens); every model is made to generate exactly the same
-  number of new tokens (EOS is suppressed until then), so the work is the same whatever the random weights say.
-
-Peak training memory is measured in a fresh process per model (CPU: the growth of the peak resident set over the
-process after its imports; GPU: `torch.cuda.max_memory_allocated`).
+Each workload runs on every model in turn, the order rotated each repeat, and the median of the repeats is reported.
+Training counts real (non-padding) source + target tokens per second of forward + backward + Adam step; generation
+counts new tokens per second, every model made to generate exactly as many (EOS suppressed until then). Peak
+training memory is measured in a fresh process per model (CPU: the growth of the peak resident set; GPU:
+`torch.cuda.max_memory_allocated`).
 """
 
 import json
@@ -36,21 +31,21 @@ from .benchmark_models import (
     build_benchmark_model,
     ctranslate2_fns,
     generate_fn,
+    measure,
     random_batch,
-    synchronize,
     train_step_fn,
+    training_step,
 )
 
-
-def measure(fn: Callable[[], None], device: torch.device, warmup: int = 1) -> float:
-    """Seconds of one call, after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
+# the config fields the report names
+REPORTED_CONFIG = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_ffn_dim",
+    "encoder_attention_heads",
+)
 
 
 def matmul_params(config: VanillaTransformerConfig) -> tuple[int, int, int]:
@@ -134,13 +129,13 @@ def run_speed(
     `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step;
     `ctranslate2` adds this model exported to CTranslate2 in float32 and int8 (`CTRANSLATE2`)."""
     device = torch.device(device)
-    built = {name: build_benchmark_model(name, config, attn_implementation).to(device) for name in models}
-    if dtype != torch.float32:  # generation runs in the low precision itself; training uses autocast
-        generators = {
-            name: build_benchmark_model(name, config, attn_implementation).to(device, dtype) for name in models
-        }
-    else:
-        generators = built
+
+    def build(name: str) -> torch.nn.Module:
+        return build_benchmark_model(name, config, attn_implementation).to(device)
+
+    built = {name: build(name) for name in models}
+    # a lower precision's generation runs in that type itself (its training: autocast)
+    generators = built if dtype == torch.float32 else {name: build(name).to(dtype) for name in models}
 
     def generation_fns(inputs: dict, num_beams: int) -> dict[str, Callable[[], None]]:
         fns = {
@@ -163,12 +158,8 @@ def run_speed(
         folder = tempfile.mkdtemp(prefix="benchmark-ctranslate2-")
         exported = ctranslate2_fns(built["vanilla"], folder, device)
 
-    train_batch = {
-        k: v.to(device)
-        for k, v in random_batch(
-            workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
-        ).items()
-    }
+    shape = (workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length)
+    train_batch = random_batch(*shape, config.vocab_size, device=device)
     train_tokens = int((train_batch["attention_mask"].sum() + (train_batch["labels"] != -100).sum()).item())
 
     jobs: dict[str, tuple[int, float, dict[str, Callable[[], None]]]] = {}
@@ -176,22 +167,18 @@ def run_speed(
     if compiled:  # the same models, a second copy each, trained through `torch.compile` (default settings)
         for name in ("vanilla", "marian"):
             if name in built:
-                model = build_benchmark_model(name, config, attn_implementation).to(device)
-                train_fns[f"{name}_compiled"] = train_step_fn(name, torch.compile(model), train_batch, dtype)
+                train_fns[f"{name}_compiled"] = training_step(
+                    name, config, train_batch, dtype, True, attn_implementation
+                )
     jobs["train"] = (train_tokens, training_flops(config, train_batch), train_fns)
-    for batch_size in workloads.greedy_batch_sizes:
-        inputs = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=batch_size)
-        inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
-        flops = generation_flops(config, batch_size, workloads.generate_source_length, workloads.new_tokens)
-        jobs[f"greedy_b{batch_size}"] = (batch_size * workloads.new_tokens, flops, generation_fns(inputs, 1))
-    inputs = random_batch(workloads.beam_batch_size, workloads.generate_source_length, 2, config.vocab_size, seed=7)
-    inputs = {k: inputs[k].to(device) for k in ("input_ids", "attention_mask")}
-    rows = workloads.beam_batch_size * workloads.num_beams
-    jobs[f"beam{workloads.num_beams}_b{workloads.beam_batch_size}"] = (
-        workloads.beam_batch_size * workloads.new_tokens,
-        generation_flops(config, rows, workloads.generate_source_length, workloads.new_tokens),
-        generation_fns(inputs, workloads.num_beams),
-    )
+    beam = (f"beam{workloads.num_beams}_b{workloads.beam_batch_size}", workloads.beam_batch_size, workloads.num_beams)
+    searches = [(f"greedy_b{size}", size, 1, size) for size in workloads.greedy_batch_sizes] + [(*beam, 7)]
+    for job, batch_size, num_beams, seed in searches:
+        batch = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed, device)
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        rows = batch_size * num_beams
+        flops = generation_flops(config, rows, workloads.generate_source_length, workloads.new_tokens)
+        jobs[job] = (batch_size * workloads.new_tokens, flops, generation_fns(inputs, num_beams))
 
     results: dict[str, dict] = {}
     for job, (tokens, flops, fns) in jobs.items():
@@ -209,13 +196,9 @@ def peak_training_memory(
     name: str, config: VanillaTransformerConfig, workloads: Workloads, device: str = "cpu", steps: int = 3
 ) -> int:
     """Bytes of peak memory of `steps` training steps of one model, measured in a fresh process."""
-    code = (
-        "import json, sys, torch\n"
-        "from vanilla_transformer.experiments import benchmark as b\n"
-        "print(json.dumps(b._memory_child(*json.loads(sys.argv[1]))))\n"
-    )
     args = json.dumps([name, config.to_dict(), workloads.__dict__, device, steps])
-    done = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=False)
+    module = "vanilla_transformer.experiments.benchmark"
+    done = subprocess.run([sys.executable, "-m", module, args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the memory measurement of {name} failed:\n{done.stderr[-3000:]}")
     return int(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -225,27 +208,20 @@ def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: 
     config = VanillaTransformerConfig(**{k: v for k, v in config.items() if k not in ("transformers_version",)})
     workloads = Workloads(**{k: tuple(v) if isinstance(v, list) else v for k, v in workloads.items()})
     torch.set_num_threads(torch.get_num_threads())
-    batch = random_batch(
-        workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length, config.vocab_size
-    )
+    shape = (workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length)
+    batch = random_batch(*shape, config.vocab_size, device="cuda" if device == "cuda" else "cpu")
     if device == "cuda":
-        model = build_benchmark_model(name, config).to(device)
-        batch = {k: v.to(device) for k, v in batch.items()}
         torch.cuda.reset_peak_memory_stats()
-        step = train_step_fn(name, model, batch, torch.float32)
-        for _ in range(steps):
-            step()
-        return torch.cuda.max_memory_allocated()
-    # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM) to the current one, so the imports'
-    # own peak does not hide the model's
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    before = status_kib("VmRSS")
-    model = build_benchmark_model(name, config)
-    step = train_step_fn(name, model, batch, torch.float32)
+    else:
+        # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM) to the current one, so the imports'
+        # own peak does not hide the model's
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        before = status_kib("VmRSS")
+    step = training_step(name, config, batch, torch.float32)
     for _ in range(steps):
         step()
-    return (status_kib("VmHWM") - before) * 1024
+    return torch.cuda.max_memory_allocated() if device == "cuda" else (status_kib("VmHWM") - before) * 1024
 
 
 def status_kib(field: str) -> int:
@@ -303,19 +279,14 @@ def format_table(report: dict) -> str:
     header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " |"
     header += "".join(f" {subject} / {reference} |" for subject, reference in columns)
     lines = [header, "|" + "---|" * (len(models) + 1 + len(columns))]
+    column_ratios = [ratios(speed, reference, subject) for subject, reference in columns]
     for job, by_model in speed.items():
         cells = [
             f"{by_model[m]['tokens_per_second']:,.0f} ({by_model[m]['share_of_peak']:.1%})" if m in by_model else "n/a"
             for m in models
         ]
-        row = f"| {job} | " + " | ".join(cells) + " |"
-        for subject, reference in columns:
-            if subject in by_model and reference in by_model:
-                ratio = by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
-                row += f" {ratio:.2f}× |"
-            else:
-                row += " n/a |"
-        lines.append(row)
+        cells += [f"{by_job[job]:.2f}×" if job in by_job else "n/a" for by_job in column_ratios]
+        lines.append(f"| {job} | " + " | ".join(cells) + " |")
     if report.get("memory"):
         memory = report["memory"]
         cells = [f"{memory[m] / 2**20:,.0f} MiB" if m in memory else "n/a" for m in models]
@@ -370,17 +341,7 @@ def run_benchmark(
         "transformers": __import__("transformers").__version__,
         "dtypes": [str(dtype).removeprefix("torch.") for dtype in dtypes],
         "attn_implementation": attn_implementation,
-        "config": {
-            k: getattr(config, k)
-            for k in (
-                "vocab_size",
-                "d_model",
-                "encoder_layers",
-                "decoder_layers",
-                "encoder_ffn_dim",
-                "encoder_attention_heads",
-            )
-        },
+        "config": {k: getattr(config, k) for k in REPORTED_CONFIG},
         "workloads": workloads.__dict__,
         "repeats": repeats,
         "peak_flops_per_second": {str(dtype).removeprefix("torch."): peak for dtype, peak in peaks.items()},
@@ -394,3 +355,7 @@ def run_benchmark(
         report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in models}
         log("peak training memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in report["memory"].items()))
     return report
+
+
+if __name__ == "__main__":  # `peak_training_memory`'s fresh process
+    print(json.dumps(_memory_child(*json.loads(sys.argv[1]))))

@@ -1,8 +1,9 @@
-"""The models the speed benchmark (`benchmark.py`) runs side by side, each built with the same sizes, and one step
-of each workload for each: this model, transformers' `MarianMTModel` configured as the paper's Transformer, a plain
-`torch.nn.Transformer`, and CTranslate2's engine on this model's export."""
+"""The models the speed benchmarks (`benchmark.py`, `gpu_speed.py`) run side by side, each built with the same sizes,
+one step of each workload for each, and the timer: this model, transformers' `MarianMTModel` configured as the paper's
+Transformer, a plain `torch.nn.Transformer`, and CTranslate2's engine on this model's export."""
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -155,10 +156,10 @@ def build_benchmark_model(name: str, config: VanillaTransformerConfig, attn_impl
 
 
 def random_batch(
-    batch_size: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0
+    batch_size: int, source_length: int, target_length: int, vocab_size: int, seed: int = 0, device="cpu"
 ) -> dict[str, torch.Tensor]:
-    """Random token ids with lengths between half and all of the given ones, padded on the right; labels end
-    with EOS and use -100 on padding."""
+    """Random token ids with lengths between half and all of the given ones, padded on the right, on `device`;
+    labels end with EOS and use -100 on padding."""
     generator = torch.Generator().manual_seed(seed)
 
     def side(length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,17 +174,29 @@ def random_batch(
     labels, label_mask = side(target_length)
     labels = labels.masked_fill(label_mask == 0, -100)
     decoder_input_ids = torch.cat((torch.full((batch_size, 1), BOS), labels[:, :-1].clamp(min=PAD)), dim=1)
-    return {
+    batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "decoder_input_ids": decoder_input_ids,
         "labels": labels,
     }
+    return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def measure(fn: Callable[[], None], device: torch.device, warmup: int = 1) -> float:
+    """Seconds of one call, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) -> Callable[[], None]:
@@ -201,6 +214,15 @@ def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) 
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def training_step(
+    name: str, config: VanillaTransformerConfig, batch: dict, dtype: torch.dtype, compiled=False, attn="sdpa"
+) -> Callable[[], None]:
+    """`train_step_fn` of a new model `name` (`attn`: its attention implementation) on the batch's device, through
+    `torch.compile` when `compiled`."""
+    model = build_benchmark_model(name, config, attn).to(batch["input_ids"].device)
+    return train_step_fn(name, torch.compile(model) if compiled else model, batch, dtype)
 
 
 def generate_fn(

@@ -1,17 +1,11 @@
 """The data pipeline at the paper's scale: a synthetic WMT14-shaped corpus of N pairs, trained on from raw text as a
 user would (`vanilla-transformer train-no-trainer` in a process of its own), timed and its memory watched.
 
-What is measured, per N:
-- **cold start**: raw text → the run's first update (the tokenizer learned, the corpus tokenized into the cache),
-  and the time at which the first batch is about to be read (the loop's "parameters" line, printed right before it);
-- **restart**: the same run started again to one more update (resumes from the checkpoint of update 1, opens the
-  cache);
-- **streaming** (optional): the cold start with `--streaming`, no cache;
-- the peak resident memory (RSS, sampled every 0.25 s) of the training process and of each worker it starts;
-- the cache's size on disk (the corpus as Arrow in the `datasets` cache, and the tokenized corpus);
-- the loader's own rate: source+target tokens per second delivered as padded tensors by the training loop's
-  `DataLoader` (token-budget sampler over the memory-mapped table, `DataCollatorForSeq2Seq`), beside the tokens per
-  second the model's update consumed in the cold start.
+What is measured, per N: the **cold start** (raw text → the first batch and the first update: the tokenizer learned,
+the corpus tokenized into the cache), the **restart** to one more update (from the checkpoint, opening the cache),
+optionally the cold start with `--streaming`; the peak RSS of the training process and its workers (sampled every
+0.25 s); the caches' size on disk; and the training loop's `DataLoader`'s own rate in source+target tokens per second,
+beside the tokens per second the model's update consumed.
 
 The synthetic corpus has newstest2014's sentence lengths: English words per sentence log-normal with the log-mean
 and log-sd of newstest2014.en (2.85, 0.54: mean 19.8 words), German length the English one times a normal ratio of
@@ -51,8 +45,8 @@ def _vocabulary(rng: np.random.Generator, letters: int) -> np.ndarray:
 
 
 def write_synthetic_corpus(folder: Path, pairs: int, seed: int = 0) -> dict:
-    """`train.en`/`train.de` of `pairs` pairs and `valid.en`/`valid.de` of `VALID_PAIRS` pairs in `folder` (the
-    module docstring says how they are drawn); returns the mean words per sentence of each side."""
+    """`train.en`/`train.de` of `pairs` pairs and `valid.*` of `VALID_PAIRS` pairs in `folder`, drawn as the module
+    docstring says; returns the mean words per sentence of each side."""
     rng = np.random.default_rng(seed)
     vocabularies = {"en": _vocabulary(rng, 26), "de": _vocabulary(rng, 30)}
     zipf = 1.0 / np.arange(1, VOCABULARY_WORDS + 1)
@@ -118,9 +112,6 @@ class _Watch:
                     self.main_anonymous = max(self.main_anonymous, rss - memory.shared)
             self._stop.wait(self.interval)
 
-    def main_peak(self) -> int:
-        return self.peaks.get(self.root.pid, ("main", 0))[1]
-
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join()
@@ -151,7 +142,7 @@ def run_timed(command: list[str], env: dict, marks: dict[str, str], log: Path) -
                 if name not in seen and re.search(pattern, line):
                     seen[name] = time.perf_counter() - start
                     lines[name] = line.strip()
-                    peaks[f"main_peak_rss_at_{name}_gb"] = watch.main_peak() / 1e9
+                    peaks[f"main_peak_rss_at_{name}_gb"] = watch.peaks.get(watch.root.pid, ("main", 0))[1] / 1e9
                     peaks[f"main_peak_anonymous_at_{name}_gb"] = watch.main_anonymous / 1e9
         status = process.wait()
         memory = watch.stop()
@@ -209,9 +200,8 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
 
 
 def prepare_workdir(workdir: Path) -> None:
-    """Make `workdir` benchmark-data's own, or refuse it: a new or empty folder is marked as its work folder, one it
-    marked before is reused, anything else (a file, a folder of someone else's) is refused before anything is
-    written, since every call replaces the runs, caches and logs in it."""
+    """Make `workdir` benchmark-data's own (a new or empty folder is marked, one it marked before is reused), or
+    refuse it before anything is written: every call replaces the runs, caches and logs in it."""
     from ..files.outputs import check_output_folder, write_marker
 
     if workdir.exists() and not workdir.is_dir():
@@ -231,9 +221,9 @@ def benchmark_data(
     """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir`, a folder
     `prepare_workdir` accepted (the corpus is kept there and reused by a later call; the runs, caches and the
     commands' logs are made anew)."""
+    from ..training.presets import TRAINING_PRESETS
+
     run, caches, logs = workdir / f"run-{pairs}", workdir / f"caches-{pairs}", workdir / f"logs-{pairs}"
-    # the workdir is a folder benchmark-data made (`prepare_workdir`): the runs, caches and logs of an earlier call
-    # are replaced, its corpus reused
     corpus = workdir / f"corpus-{pairs}"
     shape = {}
     if not (corpus / "valid.de").is_file():
@@ -264,16 +254,8 @@ def benchmark_data(
     restart_marks = {"resumed": r"^resuming from", "next_update": r"^step 2: loss"}
     report["restart"] = run_timed([*command, "--max-steps", "2"], env, restart_marks, logs / "restart.log")
     # in a process of its own: the caches are found through the environment `datasets` reads when imported
-    max_tokens = _flag(extra_flags, "--max-tokens") or _preset_max_tokens(preset)
-    loader = [
-        sys.executable,
-        "-m",
-        "vanilla_transformer.experiments.data_benchmark",
-        str(corpus),
-        str(run),
-        preset,
-        str(max_tokens),
-    ]
+    max_tokens = _flag(extra_flags, "--max-tokens") or TRAINING_PRESETS[preset].max_tokens
+    loader = [sys.executable, "-m", __name__, str(corpus), str(run), preset, str(max_tokens)]
     output = subprocess.run(loader, env=env, check=True, capture_output=True, text=True).stdout
     report["loader"] = json.loads(output.strip().splitlines()[-1])
     step = re.search(r"(\d+) target tokens", report["cold"]["lines"].get("first_update", ""))
@@ -292,12 +274,6 @@ def benchmark_data(
 
 def _flag(flags: tuple[str, ...], name: str) -> int | None:
     return int(flags[flags.index(name) + 1]) if name in flags else None
-
-
-def _preset_max_tokens(preset: str) -> int:
-    from ..training.presets import TRAINING_PRESETS
-
-    return TRAINING_PRESETS[preset].max_tokens
 
 
 if __name__ == "__main__":  # `benchmark_data`'s loader measurement: corpus, run folder, preset, max tokens

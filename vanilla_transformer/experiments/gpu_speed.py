@@ -1,21 +1,15 @@
 """The GPU check: one run on one GPU that measures the paper's models at the hardware's speed, in one table.
 
-- **The chip's peak**: the best bf16 FLOP/s of an 8192³ matmul (`benchmark.peak_matmul_flops`), the denominator of
-  every MFU below.
-- **Training step** of `paper-base` and `paper-big` (the paper's sizes, its 37,000-token vocabulary), this model
-  beside transformers' `MarianMTModel` of identical dimensions (`benchmark_models`): bf16 autocast over fp32 master
-  weights, fused Adam (`paper_adam`), sdpa attention, eager and through `torch.compile`. Target tokens per second
-  (non-padding labels) and MFU = matmul FLOPs of forward + backward (3 × the forward's: every weight matrix times
-  every token, 2 FLOPs a multiply-add, attention scores and their weighting included, on the padded batch:
-  `benchmark.training_flops`) per second over the peak. For a sense of scale: 6·N FLOPs per token with N the
-  parameters multiplied per token.
-- **Decoding**: `generate()` with the paper's beam search (beam 4, α = 0.6) on a batch of newstest2014 sources,
-  exactly `new_tokens` new tokens (EOS suppressed until then, so every engine does the same work), in bf16; and the
-  same model exported to CTranslate2 (float16 on a GPU, int8 on a CPU) where its wheel runs.
-- **The Table 3 grid's model** (`multi30k`, one row's step as the grid trains it: one batch of `grid_tokens` padded
-  tokens per update, fp32): tokens per second for the whole device, counted as the grid counts its batches
-  (updates × padded tokens), with 1 process and with several at once (on a GPU, start CUDA MPS first to let their
-  kernels overlap: `nvidia-cuda-mps-control -d`).
+- **The chip's peak**: the best bf16 FLOP/s of an 8192³ matmul, the denominator of every MFU below.
+- **Training step** of `paper-base` and `paper-big` (the paper's sizes and 37,000-token vocabulary), this model beside
+  `MarianMTModel` of identical dimensions: bf16 autocast, fused Adam, sdpa, eager and through `torch.compile`. Target
+  tokens per second and MFU = matmul FLOPs of forward + backward (`benchmark.training_flops`, on the padded batch)
+  per second over the peak.
+- **Decoding**: `generate()` with the paper's beam search (beam 4, α = 0.6) on newstest2014 sources, exactly
+  `new_tokens` new tokens, in bf16; and the same model exported to CTranslate2 (float16 on a GPU, int8 on a CPU).
+- **The Table 3 grid's model** (`multi30k`, one batch of padded tokens per update, fp32): tokens per second for the
+  whole device (updates × padded tokens), with 1 process and with several at once (on a GPU, start CUDA MPS first to
+  let their kernels overlap: `nvidia-cuda-mps-control -d`).
 
     python -m vanilla_transformer.experiments.gpu_speed --device cuda --sources newstest2014.en --output-dir OUT
     python -m vanilla_transformer.experiments.gpu_speed --device cpu --small  # the same run, tiny, to try it here
@@ -38,14 +32,15 @@ from pathlib import Path
 import torch
 
 from ..errors import VanillaTransformerError
-from .benchmark import machine_description, measure, peak_matmul_flops, training_flops
+from .benchmark import machine_description, peak_matmul_flops, training_flops
 from .benchmark_models import (
     build_benchmark_model,
     ctranslate2_fns,
     generate_fn,
+    measure,
     random_batch,
     synchronize,
-    train_step_fn,
+    training_step,
     vanilla_config,
 )
 
@@ -98,7 +93,7 @@ class GpuCheck:
 
 
 def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 1) -> float:
-    """The median seconds of `repeats` calls of `fn`, after `warmup` calls (`benchmark.measure`)."""
+    """The median seconds of `repeats` calls of `fn`, after `warmup` calls (`measure`)."""
     measure(fn, device, warmup=warmup)
     return statistics.median(measure(fn, device, warmup=0) for _ in range(repeats))
 
@@ -108,19 +103,17 @@ def train_rows(check: GpuCheck, device: torch.device, peak: float, log=print) ->
     rows = []
     for preset in check.presets:
         config = vanilla_config(preset, vocab_size=check.vocab_size)
-        batch = random_batch(check.train_pairs, check.train_length, check.train_length, config.vocab_size)
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+        batch = random_batch(check.train_pairs, check.train_length, check.train_length, config.vocab_size, 0, device)
         targets = int((batch["labels"] != -100).sum())
         flops = training_flops(config, batch)
         times = {}
         modes = (False, True) if preset in check.compiled_presets else (False,)
         for name in ("vanilla", "marian"):
             for compiled in modes:
-                model = build_benchmark_model(name, config).to(device)
-                step = train_step_fn(name, torch.compile(model) if compiled else model, batch, torch.bfloat16)
+                step = training_step(name, config, batch, torch.bfloat16, compiled)
                 # two warm-up calls compile, and warm the allocator and cuBLAS
                 times[name, compiled] = median_seconds(step, device, check.repeats, warmup=2)
-                del model, step
+                del step
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
         for compiled in modes:
@@ -163,13 +156,12 @@ def decoding_rows(check: GpuCheck, device: torch.device, sources: list[str], tok
         try:
             exported = ctranslate2_fns(model.float(), scratch, device, {f"ctranslate2_{compute_type}": compute_type})
         except (ImportError, RuntimeError, ValueError) as error:  # no wheel for this machine, or no CUDA build of it
-            note = {"unit": "", "note": str(error)}
-            rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **note})
+            result = {"unit": "", "note": str(error)}
         else:
             [translate_fn] = exported.values()
             seconds = median_seconds(translate_fn(inputs, check.new_tokens, check.num_beams), device, check.repeats)
-            measured = {"ours": tokens / seconds, "unit": "new tokens/s"}
-            rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **measured})
+            result = {"ours": tokens / seconds, "unit": "new tokens/s"}
+    rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **result})
     for row in rows:
         log(json.dumps(row))
     return rows
@@ -179,9 +171,7 @@ def grid_child(device: str, pairs: int, length: int, seconds: float, vocab_size:
     """One Table 3 row's training steps for `seconds` after a warm-up: the `multi30k` model, one batch per update."""
     device = torch.device(device)
     config = vanilla_config("multi30k", vocab_size=vocab_size)
-    model = build_benchmark_model("vanilla", config).to(device)
-    batch = {name: tensor.to(device) for name, tensor in random_batch(pairs, length, length, vocab_size).items()}
-    step = train_step_fn("vanilla", model, batch, torch.float32)
+    step = training_step("vanilla", config, random_batch(pairs, length, length, vocab_size, 0, device), torch.float32)
     measure(step, device, warmup=3)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -294,9 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--sources", type=Path, help="newstest2014.en (one sentence per line); default: made-up text")
-    parser.add_argument(
-        "--tokenizer", default=None, help="the tokenizer for the sources (default: a BPE learned on them)"
-    )
+    parser.add_argument("--tokenizer", help="the tokenizer for the sources (default: a BPE learned on them)")
     parser.add_argument("--output-dir", type=Path, default=Path(os.environ.get("OUT", "outputs/gpu-speed")))
     parser.add_argument("--docs", type=Path, help="a Markdown file with two <!-- gpu-check --> lines")
     parser.add_argument("--small", action="store_true", help="tiny sizes: try the whole run on a CPU in a minute")

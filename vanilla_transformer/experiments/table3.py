@@ -71,12 +71,10 @@ def paired_bootstrap(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> dict:
-    """Δ = corpus BLEU of the row − corpus BLEU of the base on the same test sentences, with its 95% confidence
-    interval by paired bootstrap resampling (Koehn 2004): `resamples` times, draw as many sentence indices as there
-    are sentences, with replacement (seeded), and recompute both systems' corpus BLEU on the drawn sentences from
-    their per-sentence statistics (`bleu_statistics`), as `sacrebleu.significance` does; the interval is the 2.5th
-    and 97.5th percentiles of the resampled Δ. (sacreBLEU's own paired test gives a p-value and each system's
-    interval, not the interval of the difference.) A system against itself has the interval [0, 0]."""
+    """Δ = corpus BLEU of the row − that of the base on the same test sentences, with its 95% confidence interval by
+    paired bootstrap resampling (Koehn 2004): resample the sentences with replacement (seeded) and recompute both
+    corpus BLEUs from their per-sentence `bleu_statistics`, as `sacrebleu.significance` does; the interval is the
+    2.5th and 97.5th percentiles of the resampled Δ (sacreBLEU's paired test gives no interval of the difference)."""
     base, row = np.asarray(base_statistics, dtype=np.int64), np.asarray(row_statistics, dtype=np.int64)
     if base.ndim != 2 or base.shape[1:] != (10,) or base.shape != row.shape:
         raise DataError(
@@ -98,17 +96,10 @@ def paired_bootstrap(
 
 
 def agreement(paper_delta: float | None, low: float | None, high: float | None) -> str:
-    """Whether our Δ agrees with the paper's, from our 95% interval [`low`, `high`] (`paired_bootstrap`):
-
-    - "agree" when the interval excludes 0 on the side of the paper's Δ (both find the row better, or both worse),
-      or when the paper's |Δ| ≤ `PAPER_NOISE` (0.3 BLEU: the paper sees no real difference) and the interval
-      contains 0 (neither do we);
-    - "disagree" when the interval excludes 0 on the other side, or excludes 0 where the paper's Δ is exactly 0
-      (we find a difference the paper did not);
-    - "unclear" otherwise: the paper's |Δ| is larger than `PAPER_NOISE` but our interval contains 0 (too noisy to
-      tell).
-
-    "" where there is nothing to compare (a row the paper does not have, or no interval)."""
+    """Whether our Δ agrees with the paper's, from our 95% interval [`low`, `high`] (`paired_bootstrap`): "agree"
+    when the interval excludes 0 on the side of the paper's Δ, or contains 0 where the paper's |Δ| ≤ `PAPER_NOISE`;
+    "disagree" when it excludes 0 on the other side (or where the paper's Δ is 0); "unclear" when it contains 0 but
+    the paper's |Δ| is larger (too noisy to tell); "" where there is nothing to compare."""
     if paper_delta is None or low is None or high is None:
         return ""
     if low > 0 or high < 0:
@@ -118,15 +109,10 @@ def agreement(paper_delta: float | None, low: float | None, high: float | None) 
 
 
 def curve_status(record: dict) -> tuple[str, str]:
-    """What a row's curves say, as (kind, words) — kind one of:
-
-    - "diverged": a logged training or dev loss that is not finite, a dev perplexity that is not finite, a dev BLEU
-      curve that ended below half its peak after a peak of 2 BLEU or more, or a training loss that ended above
-      1.5 × its lowest;
-    - "rising": dev BLEU gained more than `PLATEAU_RISE` BLEU over the last quarter of the updates (from the last
-      evaluation at or before 3/4 of them to the last one): not at its plateau;
-    - "plateau": it gained no more than that;
-    - "unknown": no evaluation before or none inside the last quarter (a preset that evaluates rarely)."""
+    """What a row's curves say, as (kind, words): "diverged" (a loss or the dev perplexity not finite, dev BLEU ended
+    below half a peak of 2 or more, or the training loss ended above 1.5 × its lowest), "rising" (dev BLEU gained more
+    than `PLATEAU_RISE` over the last quarter of the updates), "plateau", or "unknown" (no evaluation before or none
+    inside the last quarter)."""
     curve, losses = record.get("dev_curve") or [], record.get("train_loss") or []
     broken = [step for step, loss in losses if loss is None]
     broken += [point["step"] for point in curve if point["loss"] is None or point["bleu"] is None]
@@ -195,13 +181,10 @@ def _spread(values: list[float | None], digits: int) -> str:
 
 
 def table_rows(records: list[dict]) -> list[dict]:
-    """The table's cells, one line per row with its seeds together (mean ± sd where it has several), then the paper's
-    "big" row as a reference when the grid has rows of the paper's Table 3 but no "big" row of its own.
-
-    Δ is the row's test BLEU minus the base row's, both of seed 0 (the hypotheses a record keeps are its seed's,
-    decoded once), with its 95% interval by paired bootstrap over the test sentences (`paired_bootstrap`); the
-    paper's Δ is its dev BLEU minus its base's 25.8, and "agrees with paper" follows `agreement`. The curve column is
-    `curve_status` of seed 0, or of the first seed that diverged."""
+    """The table's cells, one line per row with its seeds together (mean ± sd), then the paper's "big" row as a
+    reference when the grid has rows of the paper's Table 3 but no "big" row. Δ is the row's test BLEU minus the base
+    row's, both of seed 0, with its `paired_bootstrap` interval; the paper's Δ is its dev BLEU minus its base's 25.8.
+    The curve column is `curve_status` of seed 0, or of the first seed that diverged."""
     lines = []
     grouped = variants(records)
     base = next((seeds for seeds in grouped if seeds[0]["row"]["group"] == "base"), None)
@@ -210,13 +193,9 @@ def table_rows(records: list[dict]) -> list[dict]:
         is_base = seeds is base
         paper = PAPER_BASE if is_base else PAPER_ROWS.get(name, (None, None, None))
         paper_delta = None if is_base or paper[1] is None else round(paper[1] - PAPER_BASE[1], 1)
+        pairable = not is_base and base is not None and base[0].get("test_bleu_statistics")
         delta = None
-        if (
-            not is_base
-            and base is not None
-            and first.get("test_bleu_statistics")
-            and base[0].get("test_bleu_statistics")
-        ):
+        if pairable and first.get("test_bleu_statistics"):
             delta = paired_bootstrap(base[0]["test_bleu_statistics"], first["test_bleu_statistics"])
         statuses = [curve_status(record) for record in seeds]
         status = next((words for kind, words in statuses if kind == "diverged"), statuses[0][1])
@@ -279,10 +258,8 @@ def sweep_lines(records: list[dict]) -> list[str]:
 
 
 def write_curves(records: list[dict], path: Path) -> Path:
-    """`table3_curves.png`: one panel per row (the sweep's rows too) with the dev BLEU of each evaluation during
-    training for every seed, and the training loss of seed 0 on a second axis, titled with the row's `curve_status`
-    (a diverged row's title red, one not at plateau orange), so that each row's plateau, or its divergence, can be
-    seen."""
+    """`table3_curves.png`: one panel per row (the sweep's too) with every seed's dev BLEU curve and seed 0's training
+    loss, titled with the row's `curve_status` (red if diverged, orange if still rising)."""
     from matplotlib.figure import Figure
 
     from ..files.outputs import staged_file
@@ -296,15 +273,9 @@ def write_curves(records: list[dict], path: Path) -> Path:
     for axis, seeds in zip(axes.flat, panels, strict=False):
         for record in seeds:
             curve = [point for point in record.get("dev_curve") or [] if point["bleu"] is not None]
-            axis.plot(
-                [point["step"] for point in curve],
-                [point["bleu"] for point in curve],
-                marker="o",
-                markersize=3,
-                linewidth=1.5 if record is seeds[0] else 0.8,
-                color="tab:blue",
-                alpha=1.0 if record is seeds[0] else 0.5,
-            )
+            steps, bleus = [point["step"] for point in curve], [point["bleu"] for point in curve]
+            style = {"linewidth": 1.5, "alpha": 1.0} if record is seeds[0] else {"linewidth": 0.8, "alpha": 0.5}
+            axis.plot(steps, bleus, marker="o", markersize=3, color="tab:blue", **style)
         losses = [(step, loss) for step, loss in seeds[0].get("train_loss") or [] if loss is not None]
         if losses:
             twin = axis.twinx()
@@ -328,9 +299,9 @@ def write_curves(records: list[dict], path: Path) -> Path:
 
 
 def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
-    """`table3.md` (the table, then the learning-rate sweep if there was one), `table3.csv`, `table3.png` (dev BLEU
-    and dev perplexity of each row, mean and sd over its seeds, the base rows' spread as a band) and
-    `table3_curves.png` (`write_curves`) in `output_dir`, each replaced whole; all from `records` alone."""
+    """`table3.md` (the table, then the learning-rate sweep if any), `table3.csv`, `table3.png` (each row's dev BLEU
+    and perplexity, mean and sd over its seeds, the base's spread as a band) and `table3_curves.png` in `output_dir`,
+    each replaced whole; all from `records` alone."""
     from matplotlib.figure import Figure
 
     from ..files.outputs import staged_file
@@ -361,13 +332,8 @@ def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
         )
         base_values = [record[key] for record in base if record.get(key) is not None] or [0.0]
         low, high = min(base_values), max(base_values)
-        axis.axhspan(
-            low,
-            high if high > low else low + 1e-9,
-            color="tab:orange",
-            alpha=0.3,
-            label=f"base, {len(base)} seed(s): min-max",
-        )
+        high = high if high > low else low + 1e-9  # a band of one seed, still drawn
+        axis.axhspan(low, high, color="tab:orange", alpha=0.3, label=f"base, {len(base)} seed(s): min-max")
         axis.axhline(statistics.mean(base_values), color="tab:orange")
         axis.set_ylabel(label)
         axis.legend(loc="upper right", fontsize=8)

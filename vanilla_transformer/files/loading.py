@@ -1,22 +1,11 @@
 """Loading a saved model folder, and every check on one (config, weights, tokenizer, checksums).
 
-Writing: `write_checksums` stores the SHA-256 of each safetensors file beside it as `<file>.sha256` (`sha256sum -c`
-reads it), so that a flipped bit in tensor data, which the safetensors format cannot see, is found later.
-
-Reading: `check_model_folder` looks at a folder before transformers does and raises a `ModelFolderError` that names
-the file and the problem: a config.json that is not JSON, is another model's, or lacks the fields that size the
-model; and weights that cannot be this model's (`weights_problems`, the one check of a folder's weights, which the
-push and checkpoint averaging call too): weights that exist only as a pickle (`pytorch_model.bin`: named, never
-opened, since unpickling runs arbitrary code); a truncated or corrupted safetensors file, or one that no longer
-matches its checksum; tensors the model class does not have, tensors it needs that are missing (transformers would
-initialise them at random), tensors of the wrong shape, and NaN, Inf or absurdly large values (a diverged run, a
-flipped exponent bit).
-`load_model_and_tokenizer` runs those checks (on a Hub model's download, `download_model`, as on a folder), loads
-with `use_safetensors=True`, and refuses a tokenizer that is not the model's: one whose fingerprint differs from the
-`tokenizer_fingerprint` recorded in config.json by training, or, in folders that predate it, one whose ids do not fit
-the model. The translate, evaluate, average and plot commands load through it.
-
-Whether a folder is ready for the Hub is `release/folder_checks.py`'s question, asked with these checks.
+`write_checksums` stores each safetensors file's SHA-256 beside it (`<file>.sha256`, `sha256sum -c` format): the
+format itself cannot see a flipped bit in tensor data. `check_model_folder` checks a folder before transformers reads
+it and raises a `ModelFolderError` naming the file and the problem; `weights_problems` is the one check of a folder's
+weights (loading, push and checkpoint averaging call it). Pickled weights are named, never opened: unpickling runs
+arbitrary code. `load_model_and_tokenizer` runs those checks (on a Hub model's download too), loads with
+`use_safetensors=True` and refuses a tokenizer that is not the model's.
 """
 
 import json
@@ -45,38 +34,28 @@ EXPORT_INFO = "export_info.json"
 # the fields that size the network: a config.json without one would silently get the paper's base-model default
 # (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
 REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
-# names under which PyTorch/NumPy/joblib write pickles (torch.save, joblib.dump, np.save of objects); loading one can
-# run any code, so no folder is loaded from one (`weight_files`) nor pushed with one
-# (`release.folder_checks.find_pickles`)
+# names under which PyTorch/NumPy/joblib write pickles; loading one can run any code, so no folder is loaded from one
+# (`weight_files`) nor pushed with one (`release.folder_checks.find_pickles`)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
 # the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # how many names an error lists before "and N more"
 LISTED = 5
-
-
 # what building a `VanillaTransformerConfig` from bad values raises (`@strict` validation wraps our ValueError)
 CONFIG_ERRORS = (ValueError, TypeError, StrictDataclassError)
-
-
 # No training yields a weight this large: its square overflows float32, and it is what flipping the top exponent bit
 # makes of any float32 or bfloat16 weight above 2^-63 (a weight of exactly 0 becomes ±2, which no check can tell).
 HUGE_WEIGHT = 2.0**64
-
-
-def _extremes(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.aminmax` (one pass; NaN propagates to both), upcast for types without the kernel (float8 on CPU)."""
-    try:
-        return torch.aminmax(tensor)
-    except (RuntimeError, NotImplementedError):
-        return torch.aminmax(tensor.float())
 
 
 def bad_values(tensor: torch.Tensor) -> str:
     """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return ""
-    low, high = _extremes(tensor)
+    try:  # one pass, NaN propagates to both; float8 has no CPU kernel
+        low, high = torch.aminmax(tensor)
+    except (RuntimeError, NotImplementedError):
+        low, high = torch.aminmax(tensor.float())
     if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
         return ""
     if tensor.dtype.itemsize == 1:  # float8: isnan and abs have no CPU kernel either
@@ -89,8 +68,7 @@ def bad_values(tensor: torch.Tensor) -> str:
 
 
 def config_error_message(error: Exception) -> str:
-    """The message of a config validation error: for `@strict` validation the one line of its cause, which names the
-    field, its value and the fix, rather than the wrapper's validator name."""
+    """The message of a config validation error: for `@strict` validation its cause's, which names field and fix."""
     return str(error.__cause__) if isinstance(error, StrictDataclassError) and error.__cause__ else str(error)
 
 
@@ -136,8 +114,7 @@ def check_config_file(path: str | Path) -> dict:
 
 
 def check_safetensors_file(path: str | Path) -> None:
-    """Raise a `ModelFolderError` if `path` is not a complete, well-formed safetensors file (safetensors' own
-    validation, `safe_open`), or no longer matches the checksum stored beside it (`<name>.sha256`)."""
+    """Raise a `ModelFolderError` if `path` is not a complete safetensors file or fails its `<name>.sha256`."""
     from safetensors import safe_open
 
     path = Path(path)
@@ -160,9 +137,8 @@ def check_safetensors_file(path: str | Path) -> None:
 
 
 def _safetensors_problem(path: Path, error: Exception) -> str:
-    """What is wrong with a file `safe_open` refused, read from its header: safetensors says "incomplete metadata,
-    file not fully covered" both for a file cut short and for one with bytes past its last tensor, and gives no sizes;
-    a user needs to know which (an interrupted write or copy is the usual cause) and by how much."""
+    """What is wrong with a file `safe_open` refused, read from its header: safetensors gives the same message for a
+    file cut short and one with bytes past its last tensor, and no sizes."""
     size = path.stat().st_size
     fix = "copy or download it again, or re-save the model"
     with path.open("rb") as handle:
@@ -194,17 +170,20 @@ def _safetensors_problem(path: Path, error: Exception) -> str:
     return f"{path} is not a valid safetensors file ({error}); {fix}."
 
 
+def index_shards(index: Path) -> list:
+    """The shard names a model.safetensors.index.json maps weights to; a `ModelFolderError` if it is corrupted."""
+    try:
+        return sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+        raise ModelFolderError(f"{index} is corrupted ({type(error).__name__}: {error}); re-save the model.") from None
+
+
 def weight_files(folder: str | Path) -> list[Path]:
-    """The safetensors files holding a folder's weights. A folder with only pickled weights (`pytorch_model.bin`,
-    `*.pt`, ...) raises a `ModelFolderError` naming the file; the file is never opened."""
+    """The safetensors files holding a folder's weights; only pickled weights raise a `ModelFolderError` naming them."""
     folder = Path(folder)
     index = folder / SAFE_WEIGHTS_INDEX_NAME
     if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
-            problem = f"{type(error).__name__}: {error}"
-            raise ModelFolderError(f"{index} is corrupted ({problem}); re-save the model.") from None
+        names = index_shards(index)
         missing = [name for name in names if not (folder / name).is_file()]
         if missing:
             raise ModelFolderError(f"{index} lists {', '.join(missing)}, which {folder} lacks; copy the whole folder.")
@@ -225,10 +204,18 @@ def weight_files(folder: str | Path) -> list[Path]:
 
 
 def check_model_folder(folder: str | Path) -> dict:
-    """Check a saved model folder before it is loaded (see the module docstring); returns its parsed config.json.
-    A CTranslate2 export (`export-ctranslate2`'s folder, with its own config.json) is named as one."""
+    """Check a saved model folder before it is loaded; returns its parsed config.json."""
     folder = Path(folder)
-    check_is_folder(folder)
+    if not folder.exists():
+        raise ModelFolderError(
+            f"{folder} does not exist; pass a model folder written by save_pretrained (a run's final/ or "
+            f"checkpoint-N/), or a Hub id (owner/name)."
+        )
+    if not folder.is_dir():
+        raise ModelFolderError(
+            f"{folder} is a file, expected a model folder (config.json, model.safetensors and the tokenizer files "
+            f"that save_pretrained writes); pass the folder that holds them, e.g. {folder.parent}."
+        )
     if (folder / EXPORT_INFO).is_file():
         raise ModelFolderError(
             f"{folder} is a CTranslate2 export (it holds {EXPORT_INFO}), which only the ctranslate2 engine loads: "
@@ -239,22 +226,6 @@ def check_model_folder(folder: str | Path) -> dict:
     if problems:
         raise ModelFolderError("\n".join(problems))
     return config
-
-
-def check_is_folder(folder: str | Path) -> None:
-    """Raise a `ModelFolderError` unless `folder` is an existing folder, saying whether it is a file or absent."""
-    folder = Path(folder)
-    if folder.is_dir():
-        return
-    if folder.exists():
-        raise ModelFolderError(
-            f"{folder} is a file, expected a model folder (config.json, model.safetensors and the tokenizer files "
-            f"that save_pretrained writes); pass the folder that holds them, e.g. {folder.parent}."
-        )
-    raise ModelFolderError(
-        f"{folder} does not exist; pass a model folder written by save_pretrained (a run's final/ or checkpoint-N/), "
-        f"or a Hub id (owner/name)."
-    )
 
 
 def _listed(names: list[str]) -> str:
@@ -273,10 +244,8 @@ class ExpectedTensors(NamedTuple):
 
 
 def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json") -> ExpectedTensors:
-    """The tensors a folder with this config.json must hold, from the model class `AutoModelForSeq2SeqLM` builds on
-    the meta device (no memory, no initialisation). Tied weights may be absent: save_pretrained stores one of each
-    tied group (`model.shared.weight`, not `lm_head.weight` nor the encoder's and decoder's embeddings). `source`
-    names the config in errors."""
+    """The tensors a folder with this config must hold, from the model built on the meta device. Tied weights may be
+    absent: save_pretrained stores one of each tied group. `source` names the config in errors."""
     if isinstance(config, dict):
         try:
             config = VanillaTransformerConfig.from_dict(config)
@@ -297,16 +266,9 @@ def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json
 
 
 def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
-    """Every reason the weights of `folder` cannot be this model's (an empty list when they can). This is the one
-    check of a folder's weights: loading (`check_model_folder`, for a folder here or a Hub download), pushing
-    (`release.folder_checks.validate_folder`) and averaging (`checkpoints.average_checkpoints`) all call it.
-
-    In three stages, each only when the one before found nothing: the files (`weight_files`: safetensors, never
-    pickles; each complete and matching its `.sha256`, `check_safetensors_file`); the tensors' names and shapes
-    against the model class `config` builds: names it lacks (unexpected: transformers would drop them), names it
-    needs and cannot find (missing: transformers would initialise them at random), shapes other than the config
-    implies; and floating-point values that are NaN, infinite, or of magnitude >= 2^64 (`bad_values`). Tensors are
-    read one at a time."""
+    """Every reason the weights of `folder` cannot be this model's (none when they can), in three stages, each only
+    when the one before found nothing: the files (safetensors, complete, matching their `.sha256`); tensor names and
+    shapes against the model `config` builds; values (`bad_values`). Tensors are read one at a time."""
     from safetensors import safe_open
 
     folder = Path(folder)
@@ -382,7 +344,7 @@ def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> lis
 
 def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
     """Raise a `ModelFolderError` if the tokenizer can produce ids the model has no embedding for, or if the two
-    disagree on the padding or end-of-sentence id (the model would then read or stop at the wrong token)."""
+    disagree on the padding or end-of-sentence id."""
     size = len(tokenizer)
     if size > config.vocab_size:
         raise ModelFolderError(
@@ -414,9 +376,8 @@ def check_tokenizer_files(folder: str | Path) -> None:
 
 
 def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
-    """Raise a `ModelFolderError` if the tokenizer is not the one the model was trained with: its
-    `tokenizer_fingerprint` differs from the one training recorded in config.json. Folders that record none (saved
-    before the fingerprint existed) get the weaker `check_tokenizer_fits_model` only."""
+    """Raise a `ModelFolderError` if the tokenizer's fingerprint differs from the one training recorded in
+    config.json; folders that predate the fingerprint get the weaker `check_tokenizer_fits_model` only."""
     recorded = getattr(config, "tokenizer_fingerprint", None)
     if recorded is not None:
         actual = tokenizer_fingerprint(tokenizer)
@@ -437,9 +398,7 @@ DOWNLOADED_FILES = ("*.json", "*.safetensors", "*" + CHECKSUM_SUFFIX, "*.txt")
 
 
 def download_model(repo_id: str) -> Path:
-    """The folder in the local cache holding the files of Hub model `repo_id` that loading reads (`DOWNLOADED_FILES`,
-    with `huggingface_hub.snapshot_download`: offline, the cached copy), so that a Hub model is checked before it is
-    loaded exactly as a folder is."""
+    """The cached folder of Hub model `repo_id`'s `DOWNLOADED_FILES`, to be checked exactly as a local folder is."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -456,14 +415,8 @@ def download_model(repo_id: str) -> Path:
 def load_model_and_tokenizer(
     name_or_path: str | Path, device: str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The model (in eval mode, on `device` if given, its weights in `dtype` if given, else as saved) and tokenizer
-    of a saved folder or Hub id.
-
-    The folder (for a Hub id, its download, `download_model`) is checked before transformers reads it
-    (`check_model_folder`: config, safetensors files, checksums, tensor names, shapes and values;
-    `check_tokenizer_files`), and the tokenizer must be the model's (`check_tokenizer_matches_model`). Only
-    safetensors weights are loaded. A path that exists as a file, or a path-like name that does not exist, is named
-    as such rather than looked up on the Hub."""
+    """The model (in eval mode, on `device` and in `dtype` if given) and tokenizer of a saved folder or Hub id,
+    checked before transformers reads them. A path-like name is never looked up on the Hub."""
     path = Path(name_or_path)
     text = str(name_or_path)
     local = path.exists() or path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1 or "\\" in text

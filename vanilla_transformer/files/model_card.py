@@ -1,11 +1,7 @@
-"""Model cards: render a model's `README.md` from the template shipped with the package
-(`templates/model_card.md`, Jinja2), with YAML metadata written by `huggingface_hub.ModelCardData`.
-
-The metadata carries the license (the training data's terms where it has its own), the languages, the Hub datasets
-that hold the training data (none when none does) and `model-index` results. A card comes from a release's
-`results.json` (`card_from_release_record`) or from what a `Trainer` run records (`card_from_training_log`);
-`release.build.write_release`, the trainer's `push_to_hub` and, for a folder that has no card,
-`release.hub.card_for_folder` write their cards through it.
+"""Model cards: a model's `README.md` rendered from the package's Jinja2 template (`templates/model_card.md`), with
+YAML metadata (license, languages, Hub datasets, `model-index` results) written by `huggingface_hub.ModelCardData`.
+A card comes from a release's `results.json` (`card_from_release_record`) or a `Trainer` run's records
+(`card_from_training_log`).
 """
 
 from importlib import resources
@@ -74,14 +70,6 @@ def dataset_id(corpus: str) -> str:
     return corpus  # a `datasets` name (`wmt14`, `bentrevett/multi30k`) is already an id
 
 
-def hub_dataset_ids(dataset: str) -> list[str]:
-    """The card's `datasets`: the Hub dataset holding `dataset` (a `dataset_id`), or none for data no Hub dataset
-    holds (the built-in corpus, a local folder), rather than a name the Hub would link to nothing."""
-    if dataset in HUB_DATASETS:
-        return [HUB_DATASETS[dataset]]
-    return [dataset] if "/" in dataset else []
-
-
 def decoding_summary(generation: dict | None = None) -> str:
     """The decoding a `generation_config.json` sets, in a few words (the paper's §6.1 settings when not given)."""
     generation = generation or {}
@@ -92,8 +80,7 @@ def decoding_summary(generation: dict | None = None) -> str:
 
 
 def training_hyperparameters(config: dict, preset: dict | None = None, generation: dict | None = None) -> dict:
-    """The card's hyperparameter table: the architecture from `config.json`, the recipe from the run's preset, the
-    decoding from `generation_config.json` (the paper's when not given)."""
+    """The card's hyperparameter table, from `config.json`, the run's preset and `generation_config.json`."""
     table = {key: config[key] for key in CONFIG_HYPERPARAMETERS if key in config}
     table.update({key: preset[key] for key in PRESET_HYPERPARAMETERS if preset and key in preset})
     table["optimizer"] = "Adam(0.9, 0.98, 1e-9)"
@@ -109,9 +96,8 @@ def card_metadata(
     license: str,  # noqa: A002
     other_files: bool = False,
 ) -> ModelCardData:
-    """The card's YAML metadata: languages, license (the data's terms where it has them), tags, datasets and the
-    `model-index` results of every split scored whole (a split like `test2016[:50]` is left out of the index), named
-    as scored on other than the official files where `other_files`."""
+    """The card's YAML metadata, with the `model-index` results of every split scored whole (not `test2016[:50]`),
+    named as scored on other than the official files where `other_files`."""
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
     eval_results = []
@@ -146,7 +132,8 @@ def card_metadata(
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", "transformer", "attention-is-all-you-need", dataset],
-        datasets=hub_dataset_ids(dataset) or None,
+        # none where no Hub dataset holds the data, rather than a name the Hub would link to nothing
+        datasets=[HUB_DATASETS.get(dataset, dataset)] if dataset in HUB_DATASETS or "/" in dataset else None,
         metrics=sorted({result.metric_type for result in eval_results}),
         model_name=name,
         eval_results=eval_results or None,
@@ -167,15 +154,10 @@ def render_model_card(
     data: dict | None = None,
     examples: list[dict] | None = None,
 ) -> ModelCard:
-    """The model card from the package's template, `vanilla_transformer/files/templates/model_card.md`.
-
-    `results` maps a split to its scores (`sacrebleu`, `chrf`, optionally `tokenized_bleu` and `signature`); splits
-    named with a slice (`test2016[:50]`) stay out of the `model-index`. `training` holds `summary`,
-    `hyperparameters` and optionally `status`. `data` is what `release.ReleaseData.record()` says of a TSV file
-    (name, SHA-256, split sizes, contributors), `examples` translations to show (`source`, `reference`,
-    `translation`). The YAML metadata (and its `model-index`) is written by
-    `huggingface_hub.ModelCardData`, so it parses with the Hub's own reader.
-    """
+    """The model card from the package's template. `results` maps a split to its scores (`sacrebleu`, `chrf`,
+    optionally `tokenized_bleu` and `signature`); `training` holds `summary`, `hyperparameters` and optionally
+    `status`; `data` is `release.ReleaseData.record()`; `examples` are translations to show (`source`, `reference`,
+    `translation`)."""
     if not CARD_TEMPLATE.is_file():
         raise FileNotFoundError(
             f"the card template {CARD_TEMPLATE} is missing: it is package data of vanilla_transformer "
@@ -184,15 +166,7 @@ def render_model_card(
         )
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
-    rows = [
-        {
-            "split": split,
-            "tokenized_bleu": scores.get("tokenized_bleu", "–"),
-            "sacrebleu": scores["sacrebleu"],
-            "chrf": scores["chrf"],
-        }
-        for split, scores in results.items()
-    ]
+    rows = [{"split": split, "tokenized_bleu": "–"} | scores for split, scores in results.items()]
     card_data = card_metadata(name, results, dataset, languages, license, bool((data or {}).get("other_files")))
     signatures = [scores["signature"] for scores in results.values() if scores.get("signature")]
     bleu_tokenizer = next((part[4:] for part in (signatures or [""])[0].split("|") if part.startswith("tok:")), "13a")
@@ -231,8 +205,7 @@ def render_model_card(
 
 
 def card_from_release_record(name: str, record: dict, repo_id: str | None = None) -> ModelCard:
-    """The card of a release folder from its `results.json` (`release.write_release`): Multi30k en→de where the
-    record names no data (releases before it did)."""
+    """The card of a release folder from its `results.json`: Multi30k en→de where the record names no data."""
     data = record.get("data", {"dataset": "multi30k", "languages": ["en", "de"]})
     return render_model_card(
         name,
@@ -261,8 +234,7 @@ def card_from_training_log(
     repo_id: str | None = None,
     license: str = "apache-2.0",  # noqa: A002
 ) -> ModelCard:
-    """A card from what a `Trainer` run records (`trainer_state.json`'s `log_history`, `config.json`, the preset):
-    its results are the last evaluation's sacreBLEU and chrF on the validation split."""
+    """A card from a `Trainer` run's records, scored by the last evaluation's sacreBLEU and chrF on validation."""
     evaluations = [entry for entry in log_history if "eval_bleu" in entry]
     if not evaluations:
         raise VanillaTransformerError(

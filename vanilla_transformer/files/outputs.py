@@ -1,28 +1,17 @@
 """Safe output writing, the one place for it: outputs never destroy inputs (issue 25).
 
-Every command that writes follows three rules:
-
-1. **Staged, then renamed.** A file or folder is written under a hidden name beside its destination (same folder,
-   `.<name>-<random>.staged`) and renamed into place only when complete (`staged_file`, `staged_folder`); on an error
-   the staged copy is removed and the destination is untouched. A folder replaces another by two renames (the old
-   one aside, the new one in), so the old one is deleted only once the new one is in place.
+1. **Staged, then renamed.** A file or folder is written under a hidden name beside its destination,
+   `.<name>-<host>-<pid>-<random>.staged`, and renamed into place only when complete (`staged_file`, `staged_folder`);
+   on an error the destination is untouched. The host and pid let the next run remove what a killed one left
+   (`remove_abandoned_staging`), never what a live one is writing.
 2. **Never an input.** An output that is, contains or lies inside one of the command's inputs is refused before any
-   work (`check_not_an_input`), on resolved real paths (symlinks followed, `os.path.samefile` where both exist).
-3. **Never a stranger's folder.** A folder a command creates holds a marker file, `MARKER_NAME`, with JSON such as
-
-       {"kind": "model", "command": "average", "created": "2025-11-25T04:40:00+00:00", "version": "0.1.0"}
-
-   A non-empty destination folder is replaced only when its marker has the same `kind` (a command re-run into its
-   own previous output), or with `--overwrite` (`check_output_folder`). A training run's folder, written to bit by
-   bit rather than replaced, is known by its `preset.json` instead (`training.check_run_folder`). Files are replaced
-   atomically whatever they held, once the new content is complete.
+   work (`check_not_an_input`), symlinks and hard links seen through.
+3. **Never a stranger's folder.** A folder a command creates holds a JSON marker, `MARKER_NAME` (kind, command,
+   created, version); a non-empty destination folder is replaced only when its marker has the same `kind`, or with
+   `--overwrite` (`check_output_folder`). A training run's folder is known by its `preset.json` instead, and locked
+   while it runs (`hold_lock`).
 
 A refusal raises `OutputError`, one line naming both paths and the fix.
-
-A hidden staging name carries the host and process that write it (`.<name>-<host>-<pid>-<random>.staged`), so that
-the next run into the same place removes what a killed run left (`remove_abandoned_staging`) and never what a live one
-is writing. A training run locks its folder for as long as it runs (`hold_lock`): a second run into the same folder is
-refused in one line instead of racing the first for its checkpoints.
 """
 
 import errno
@@ -47,8 +36,7 @@ MARKER_NAME = ".vanilla-transformer-output"
 # the end of the hidden names of staged files and folders, and of a replaced folder waiting to be deleted
 STAGED_SUFFIX = ".staged"
 REPLACED_SUFFIX = ".replaced"
-# what a marked folder holds; a folder is replaced only by a command writing the same kind ("training-run": a marker
-# a run's folder may carry besides its preset.json, which is what training writes and looks for)
+# what a marked folder holds; a folder is replaced only by a command writing the same kind
 KINDS = {
     "model": "a model folder",
     "ctranslate2": "a CTranslate2 export",
@@ -83,9 +71,8 @@ def check_not_an_input(
 ) -> None:
     """Raise `OutputError` when `output` is one of `inputs`, contains one or lies inside one.
 
-    `inputs` and `holders` are `(label, path)` pairs, the label naming the input as the user knows it (`--run-dir`,
-    `checkpoint`); `None` paths are skipped. `holders` are inputs that outputs may lie inside but neither be nor
-    contain: a run folder holds its own `final/` next to the checkpoints it is averaged from."""
+    `inputs` and `holders` are `(label, path)` pairs (`None` paths skipped); an output may lie inside a holder but
+    neither be nor contain it: a run folder holds its own `final/` next to the checkpoints averaged into it."""
     target = real_path(output)
     pairs = [(label, path, True) for label, path in holders if path is not None]
     pairs += [(label, path, False) for label, path in inputs if path is not None]
@@ -112,8 +99,7 @@ def check_not_an_input(
 def check_output_file(
     destination: PathLike, inputs: Iterable[tuple[str, PathLike | None]] = (), flag: str = "--output"
 ) -> None:
-    """Raise `OutputError`, before any work, for a file output that is a folder or is or lies inside one of `inputs`
-    (`check_not_an_input`); an existing file is otherwise fine: `staged_file` replaces it once the new one is whole."""
+    """Raise `OutputError` for a file output that is a folder or is or lies inside one of `inputs`."""
     if real_path(destination).is_dir():
         raise OutputError(f"{flag} {destination} is a folder: give the path of a file to write.")
     check_not_an_input(destination, inputs, flag)
@@ -155,10 +141,8 @@ def check_output_folder(
     overwrite_does: str = "replace it",
 ) -> bool:
     """Raise `OutputError` unless a command writing `kind` may replace (or write into) `destination`: it does not
-    exist, is an empty folder, or holds a marker of the same kind or one of the files named by `recognised_by`
-    (`preset.json` makes a folder a training run). Anything else only with `overwrite` (the message says it would
-    `overwrite_does`); returns whether that is the case, i.e. whether something the command did not create will be
-    replaced."""
+    exist, is empty, or holds a marker of the same kind or a file named in `recognised_by`; anything else only with
+    `overwrite`. Returns whether something the command did not create will be replaced."""
     path = Path(destination)
     if not os.path.lexists(path):
         return False
@@ -188,23 +172,26 @@ def check_output_folder(
 
 
 def _default_mode(folder: bool) -> int:
-    """What `open` or `mkdir` would give a new file or folder under the process's umask (`mkstemp` and `mkdtemp`
-    give 0600 and 0700)."""
+    """What `open` or `mkdir` would give under the umask (`mkstemp` and `mkdtemp` give 0600 and 0700)."""
     umask = os.umask(0o022)
     os.umask(umask)
     return (0o777 if folder else 0o666) & ~umask
 
 
 def fsync_tree(folder: str | Path) -> None:
-    """Flush every file under `folder`, then the folders themselves, to disk, so that a rename that follows cannot
-    publish a folder whose data is still only in the page cache when the machine goes down."""
+    """Flush every file under `folder`, then the folders, to disk, so that a rename that follows cannot publish data
+    still only in the page cache."""
     folder = Path(folder)
     for path in sorted(folder.rglob("*")):
         if path.is_file():
-            with path.open("rb") as handle:
-                os.fsync(handle.fileno())
+            _fsync_file(path)
     for path in [*sorted(p for p in folder.rglob("*") if p.is_dir()), folder]:
         fsync_directory(path)
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
 
 
 def fsync_directory(folder: str | Path) -> None:
@@ -219,16 +206,17 @@ def fsync_directory(folder: str | Path) -> None:
         os.close(descriptor)
 
 
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def remove_abandoned_staging(destination: PathLike) -> list[Path]:
-    """Remove the hidden staged and replaced copies of `destination` (beside it) that a killed command left: those
-    whose writer, named in the hidden name (`data.staging.writer_tag`), ran on this host and is gone, and those of
-    older versions that named no writer. A live writer's, or one on another host (a shared disk), is kept. Returns
-    what it removed, each logged."""
+    """Remove the hidden staged and replaced copies of `destination` that a killed command left: those whose writer
+    (`data.staging.writer_tag`) ran on this host and is gone, and those of older versions that named none. Returns
+    what it removed."""
     destination = Path(destination)
     folder = destination.parent
     if not folder.is_dir():
@@ -246,10 +234,7 @@ def remove_abandoned_staging(destination: PathLike) -> list[Path]:
         writer_host, pid = match.group(1), match.group(2)
         if writer_host is not None and (writer_host != host or process_alive(int(pid))):
             continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        _remove(path)
         logger.warning("removed %s, left by a run that was killed while writing %s", path, destination)
         removed.append(path)
     return removed
@@ -257,12 +242,7 @@ def remove_abandoned_staging(destination: PathLike) -> list[Path]:
 
 def _missing_parents(path: Path) -> list[Path]:
     """The folders above `path` that do not exist yet, innermost first: those a write creates and, failing, removes."""
-    missing = []
-    parent = path.parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    return missing
+    return [parent for parent in path.parents if not parent.exists()]
 
 
 def _remove_if_empty(folders: list[Path]) -> None:
@@ -289,16 +269,12 @@ def _replace_folder(staging: Path, destination: Path) -> None:
         raise
     fsync_directory(destination.parent)
     if replaced is not None:
-        if replaced.is_dir() and not replaced.is_symlink():
-            shutil.rmtree(replaced, ignore_errors=True)
-        else:
-            replaced.unlink(missing_ok=True)
+        _remove(replaced)
 
 
 def begin_staged_folder(destination: PathLike, name: str | None = None) -> Path:
-    """Create the hidden folder beside `destination` that `publish_staged_folder` later moves into place; `name`
-    gives it a fixed name (processes of one distributed run must agree on it; a leftover is removed first). What
-    killed runs left beside `destination` is removed first (`remove_abandoned_staging`)."""
+    """Create the hidden folder beside `destination` that `publish_staged_folder` later moves into place, after
+    removing what killed runs left; `name` fixes its name (the processes of a distributed run must agree on it)."""
     destination = real_path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(destination)
@@ -319,8 +295,8 @@ def publish_staged_folder(
     overwrite: bool = False,
     flag: str = "--output-dir",
 ) -> Path:
-    """Mark the complete `staging` folder as `kind` written by `command`, flush it to disk and move it to
-    `destination`, which is checked again first (`check_output_folder`): it may have changed while the work ran."""
+    """Mark the complete `staging` folder, flush it to disk and move it to `destination`, checked again first: it may
+    have changed while the work ran."""
     staging, destination = Path(staging), real_path(destination)
     write_marker(staging, kind, command)
     staging.chmod(_default_mode(folder=True))
@@ -335,10 +311,8 @@ def publish_staged_folder(
 def staged_folder(
     destination: PathLike, kind: str, command: str, overwrite: bool = False, flag: str = "--output-dir"
 ) -> Iterator[Path]:
-    """A hidden scratch folder beside `destination` that replaces it, marked as `kind` written by `command`, only
-    when the block completes; on an error it is removed and `destination` is untouched. A destination the command
-    may not replace (`check_output_folder`) is refused on entry, before the block runs; the folders above
-    `destination` that it created are removed again when the block fails."""
+    """A hidden scratch folder that replaces `destination`, marked as `kind` written by `command`, only when the
+    block completes; a destination the command may not replace is refused before the block runs."""
     check_output_folder(destination, kind, overwrite, flag)
     created = _missing_parents(real_path(destination))
     staging = begin_staged_folder(destination)
@@ -352,11 +326,9 @@ def staged_folder(
 
 @contextmanager
 def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "") -> Iterator[Path]:
-    """A hidden path beside `destination` for the block to write; it replaces `destination` (`os.replace`, with the
-    old file's permissions) only when the block completes, and is removed on an error, leaving `destination` as it
-    was. A device or pipe (`/dev/stdout`) has nothing to replace: the block writes to it directly. `suffix` ends the
-    hidden name, for writers that choose the format by it (`.png`). Folders the write creates above `destination`
-    are removed again when it fails, and staged copies that killed runs left beside it are removed first."""
+    """A hidden path for the block to write that replaces `destination` (keeping its permissions) only when the block
+    completes. A device or pipe (`/dev/stdout`) is written directly. `suffix` ends the hidden name, for writers that
+    choose the format by it (`.png`)."""
     path = real_path(destination)  # a symlink keeps pointing at the new file
     if path.is_dir():
         raise OutputError(f"{flag} {destination} is a folder: give the path of a file to write.")
@@ -371,12 +343,7 @@ def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "")
     os.close(descriptor)
     staging = Path(name)
     try:
-        try:
-            yield staging
-        except BaseException:
-            staging.unlink(missing_ok=True)
-            _remove_if_empty(created)
-            raise
+        yield staging
         _fsync_file(staging)
         if path.is_file():
             shutil.copymode(path, staging)
@@ -386,6 +353,7 @@ def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "")
         fsync_directory(path.parent)
     finally:
         staging.unlink(missing_ok=True)
+        _remove_if_empty(created)  # stops at the first folder not empty: after a success, the one holding the output
 
 
 def write_text_atomic(path: PathLike, text: str, flag: str = "--output") -> Path:
@@ -397,10 +365,8 @@ def write_text_atomic(path: PathLike, text: str, flag: str = "--output") -> Path
 
 @contextmanager
 def hold_lock(folder: PathLike, flag: str = "--output-dir") -> Iterator[None]:
-    """Hold an exclusive advisory lock (`flock`) on `folder` itself while the block runs, released by the kernel
-    when the process ends, however it ends; the folder gains no file. A folder another process holds raises
-    `OutputError`, so two runs never write into one folder at once. Where the platform has no `flock` (Windows),
-    nothing is locked."""
+    """Hold an exclusive `flock` on `folder` itself while the block runs (released by the kernel however the process
+    ends; no file added); a folder another process holds raises `OutputError`. Without `flock` (Windows), a no-op."""
     try:
         import fcntl
     except ImportError:
@@ -432,8 +398,7 @@ def folder_in_use(folder: PathLike) -> bool:
 
 
 def staged_leftovers(folder: PathLike) -> list[Path]:
-    """The staged or replaced files and folders an interrupted write left in `folder`: hidden, with `STAGED_SUFFIX`
-    or `REPLACED_SUFFIX` in the name."""
+    """The hidden staged or replaced files and folders an interrupted write left in `folder`."""
     folder = Path(folder)
     if not folder.is_dir():
         return []

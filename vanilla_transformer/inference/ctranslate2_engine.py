@@ -1,24 +1,19 @@
 """The CTranslate2 engine: export a saved model folder to CTranslate2, and translate with the export.
 
-CTranslate2 runs Transformer inference in C++ with int8 weights on the CPU; its `TransformerSpec` describes the
-model of the paper (§3) layer by layer, so the export fills that spec from our modules with ctranslate2's own
-`Converter` machinery (`validate`, `optimize` for quantization, `save`), as its Marian and fairseq converters do.
-What the spec cannot express is refused by name; what it expresses differently is mapped:
+The export fills CTranslate2's `TransformerSpec` (the model of §3, layer by layer) from our modules with ctranslate2's
+own `Converter` (`validate`, `optimize` for quantization, `save`), as its Marian and fairseq converters do. What the
+spec cannot express is refused by name; the rest maps one to one (√d_model embedding scale, post-LN or pre-LN,
+biases, shared or tied embeddings, activation, LayerNorm epsilon), except:
 
 - positions (§3.5): CTranslate2's built-in sinusoid matches neither our interleaved nor our halves layout, so every
-  export carries an explicit table, computed by the model's own `sinusoidal_position_encoding` (or the learned
-  table): `max_positions` rows (default max(max_position_embeddings, 1024)); a sentence or translation longer
-  than that cannot be decoded by the export, where our PyTorch model extends its sinusoid to any length;
-- embedding scale √d_model (§3.4), post-LN or pre-LN, attention biases or none, shared or separate embeddings,
-  tied or untied output projection, the activation and the LayerNorm epsilon map one to one;
+  export carries an explicit table of `max_positions` rows (default max(max_position_embeddings, 1024)); longer
+  sentences or translations cannot be decoded by the export, where our PyTorch model extends its sinusoid;
 - the source already ends in </s> (our tokenizer adds it), the decoder starts from `decoder_start_token_id`.
 
-Decoding (§6.1) with the export (`translate_with_ctranslate2`): the folder's beam size; the maximum length input
-+ 50 per sentence (CTranslate2 takes one limit per call: see the function for how each sentence gets its own); the
-GNMT length penalty ((5 + |Y|) / 6)^α applied by rescoring: CTranslate2's own `length_penalty` divides by |Y|^α, so
-the beam search runs without one, returns its `num_beams` finished hypotheses with their summed log-probabilities,
-and the best after dividing by the GNMT penalty is kept. Unlike our beam search, CTranslate2 stops a sentence
-once `num_beams` hypotheses have finished, not when no running hypothesis can still win.
+Decoding (§6.1, `translate_with_ctranslate2`): the folder's beam size, at most input + 50 tokens per sentence, and
+the GNMT length penalty ((5 + |Y|) / 6)^α applied by rescoring the n-best list, since CTranslate2's own
+`length_penalty` divides by |Y|^α. Unlike our beam search, CTranslate2 stops a sentence once `num_beams` hypotheses
+have finished, not when no running hypothesis can still win.
 
 `ctranslate2` is an optional dependency (the extra `ctranslate2`: `pip install ".[ctranslate2]"` in a checkout).
 """
@@ -40,7 +35,6 @@ from ..model.modeling_vanilla_transformer import sinusoidal_position_encoding
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16", "int8_bfloat16")
 MIN_POSITIONS = 1024
 TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which a tokenizer loader would misread
-INSTALL = 'pip install "ctranslate2>=4.5" (or, in a checkout, pip install ".[ctranslate2]")'
 
 
 def import_ctranslate2():
@@ -48,7 +42,10 @@ def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError as error:
-        raise CTranslate2Unavailable(f"the CTranslate2 engine needs the ctranslate2 package: {INSTALL}") from error
+        raise CTranslate2Unavailable(
+            'the CTranslate2 engine needs the ctranslate2 package: pip install "ctranslate2>=4.5" (or, in a checkout, '
+            'pip install ".[ctranslate2]")'
+        ) from error
     return ctranslate2
 
 
@@ -74,22 +71,6 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, size: int, side: str) -> list
         tokens.append(filler)
         taken.add(filler)
     return tokens
-
-
-def exported_positions(config, max_positions: int | None = None) -> int:
-    """The rows of the position table an export holds: a learned table as it is, else `max_positions` rows of the
-    sinusoid (default max(max_position_embeddings, 1024))."""
-    if config.position_encoding == "learned":
-        return config.max_position_embeddings
-    return max_positions or max(config.max_position_embeddings, MIN_POSITIONS)
-
-
-def _position_table(model: PreTrainedModel, stack: torch.nn.Module, max_positions: int) -> torch.Tensor:
-    config = model.config
-    if config.position_encoding == "learned":
-        return stack.embed_positions.weight
-    interleaved = config.position_encoding == "sinusoidal"
-    return sinusoidal_position_encoding(max_positions, config.d_model, interleaved)
 
 
 def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_vocabulary: list[str], max_positions: int):
@@ -147,28 +128,28 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
             fuse_linear(target.linear[0], projections)
         linear(target.linear[-1], module.out_proj)
 
-    encoder, decoder = model.get_encoder(), model.get_decoder()
-    for stack_spec, stack in ((spec.encoder, encoder), (spec.decoder, decoder)):
+    decoder = model.get_decoder()
+    for stack_spec, stack in ((spec.encoder, model.get_encoder()), (spec.decoder, decoder)):
         stack_spec.scale_embeddings = float(stack.embed_scale)
-        stack_spec.position_encodings.encodings = weights(_position_table(model, stack, max_positions))
+        if config.position_encoding == "learned":
+            positions = stack.embed_positions.weight
+        else:
+            interleaved = config.position_encoding == "sinusoidal"
+            positions = sinusoidal_position_encoding(max_positions, config.d_model, interleaved)
+        stack_spec.position_encodings.encodings = weights(positions)
         embeddings = stack_spec.embeddings[0] if isinstance(stack_spec.embeddings, list) else stack_spec.embeddings
         embeddings.weight = weights(stack.embed_tokens.weight)
         if config.normalize_before:
             layer_norm(stack_spec.layer_norm, stack.layer_norm)
-    for layer_spec, layer in zip(spec.encoder.layer, encoder.layers, strict=True):
-        attention(layer_spec.self_attention, layer.self_attn, cross=False)
-        layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
-        linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
-        linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
-        layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
-    for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
-        attention(layer_spec.self_attention, layer.self_attn, cross=False)
-        layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
-        attention(layer_spec.attention, layer.encoder_attn, cross=True)
-        layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
-        linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
-        linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
-        layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+        for layer_spec, layer in zip(stack_spec.layer, stack.layers, strict=True):
+            attention(layer_spec.self_attention, layer.self_attn, cross=False)
+            layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+            if stack is decoder:
+                attention(layer_spec.attention, layer.encoder_attn, cross=True)
+                layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
+            linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+            linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+            layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
     linear(spec.decoder.projection, model.get_output_embeddings())  # tied or not: CTranslate2 stores equal ones once
 
     spec.register_source_vocabulary(source_vocabulary)
@@ -214,18 +195,19 @@ def export_ctranslate2(
     overwrite: bool = False,
     command: str = "export-ctranslate2",
 ) -> Path:
-    """Export the model folder `model_dir` (checked and loaded as every command loads it) to a CTranslate2 model in
-    `output_dir`, with weights in `quantization`, the tokenizer under `tokenizer/`, the decoding settings of its
-    generation config and what it was exported from in `export_info.json`, and a README. `output_dir` is written
-    beside its place and replaces it whole, as every output of ours (`outputs.staged_folder`). An `output_dir` that
-    is, holds or lies inside `model_dir` (through links too) is refused before any work, `overwrite` or not."""
+    """Export the model folder `model_dir` to a CTranslate2 model in `output_dir` (staged, then replacing it whole),
+    with the tokenizer under `tokenizer/`, its decoding and origin in `export_info.json`, and a README. An
+    `output_dir` that is, holds or lies inside `model_dir` is refused before any work, `overwrite` or not."""
     local = Path(model_dir).expanduser()
     check_not_an_input(output_dir, [("MODEL_DIR", local if local.is_dir() else None)], flag="OUTPUT_DIR")
     check_output_folder(output_dir, "ctranslate2", overwrite, flag="OUTPUT_DIR")
     ctranslate2 = import_ctranslate2()
     model, tokenizer = load_model_and_tokenizer(model_dir)
     config = model.config
-    max_positions = exported_positions(config, max_positions)
+    if config.position_encoding == "learned":  # a learned table is exported as it is
+        max_positions = config.max_position_embeddings
+    else:
+        max_positions = max_positions or max(config.max_position_embeddings, MIN_POSITIONS)
     source = vocabulary(tokenizer, config.vocab_size, "source")
     target = vocabulary(tokenizer, config.decoder_vocab_size, "target")
     generation = model.generation_config
@@ -302,14 +284,12 @@ def translate_with_ctranslate2(
     num_beams: int | None = None,
     length_penalty: float | None = None,
 ) -> list[str]:
-    """Translate `sentences` with an export's `translator`, one output string per input in input order, with the
-    decoding of §6.1 recorded in its `export_info.json` (`info`); `num_beams` and `length_penalty` override it.
+    """`translation.translate` with an export's `translator` and the §6.1 decoding its `export_info.json` (`info`)
+    records; `num_beams` and `length_penalty` override it.
 
-    As `translate`: sentences are sorted by length and cut into batches of `batch_size`, an empty line translates
-    to an empty string, text that spells a special token is tokenized as text. Each batch decodes up to its
-    longest sentence's limit (input + 50); a greedy translation past its own sentence's limit is cut there (greedy
-    choices do not depend on the limit, so this is exact), a beam search translation past it is decoded again
-    alone with its own limit. The GNMT penalty is applied to the n-best list (see the module docstring)."""
+    CTranslate2 takes one length limit per call, so each batch decodes up to its longest sentence's input + 50; a
+    greedy translation past its own sentence's limit is cut there (exact: greedy choices do not depend on the
+    limit), a beam search one is decoded again alone with its own limit."""
     decoding = info["decoding"]
     num_beams = num_beams or decoding.get("num_beams") or 1
     alpha = decoding.get("length_penalty") if length_penalty is None else length_penalty
@@ -362,15 +342,3 @@ def translate_with_ctranslate2(
     for index, hypothesis in hypotheses.items():
         translations[index] = tokenizer.decode(tokenizer.convert_tokens_to_ids(hypothesis), skip_special_tokens=True)
     return translations
-
-
-__all__ = [
-    "QUANTIZATIONS",
-    "ExportError",
-    "convert",
-    "export_ctranslate2",
-    "load_ctranslate2",
-    "model_spec",
-    "translate_with_ctranslate2",
-    "vocabulary",
-]

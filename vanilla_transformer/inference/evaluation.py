@@ -58,17 +58,14 @@ def evaluate_model_on_split(
     bleu_tokenize: str | None = None,
     corpus_file: str | Path | None = None,
 ) -> dict:
-    """Translate `{data_dir}/{split}.{source_lang}` (or the `split` of the Anki/Tatoeba TSV `corpus_file`,
-    `data.anki`) with a saved model (a folder or a Hub id) and score the output
-    against `{split}.{target_lang}` and, when it exists, the official tokenized reference
-    `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's beam (§6.1); the length penalty
-    α is the model's `generation_config` one unless `length_penalty` is given. A model whose tokenizer lowercases is
-    scored case-insensitively. `data_dir=None` is Multi30k (`multi30k_dir()`: downloaded once, then read locally).
+    """Translate `{data_dir}/{split}.{source_lang}` (or the `split` of the Anki/Tatoeba TSV `corpus_file`) with a
+    saved model (a folder or a Hub id; `load_translator`'s `engine` and `dtype`) and score it against
+    `{split}.{target_lang}` and, when it exists, `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is
+    the paper's (§6.1); α is the model's unless `length_penalty` is given; a model whose tokenizer lowercases is scored
+    case-insensitively. `data_dir=None` is Multi30k (`multi30k_dir()`).
 
-    `output_hypotheses` is refused before the model is loaded when it is, holds or lies inside an input (the data
-    folder, a source or reference file, the model folder), and is replaced only once every translation is written
-    (`outputs.staged_file`). `engine="ctranslate2"` decodes with a CTranslate2 export, `dtype` loads the weights in
-    another type (`translation.load_translator`).
+    `output_hypotheses` that is, holds or lies inside an input is refused before the model loads, and is replaced
+    only once every translation is written.
     """
     model_folder = model_name_or_path if Path(model_name_or_path).expanduser().is_dir() else None
     if corpus_file is not None:
@@ -93,8 +90,7 @@ def evaluate_model_on_split(
                 ("the model folder", model_folder),
             ]
             check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
-        sources = read_lines(sources_path)
-        references = read_lines(references_path)
+        sources, references = read_lines(sources_path), read_lines(references_path)
         if not tokenized_references_path.is_file():
             tokenized_references_path = None
         tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None

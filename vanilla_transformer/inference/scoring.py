@@ -9,8 +9,8 @@
    (`moses_tokenize`) and are scored on whitespace tokens without smoothing, which is what `multi-bleu.perl`
    computes. This is the number of the Multi30k literature; it is not comparable with sacreBLEU.
 
-Both are sacreBLEU's own `BLEU` and `CHRF` (`bleu_score`, `chrf_score`), returned with the keys of the Hub's
-`evaluate-metric/sacrebleu` and `evaluate-metric/chrf` and with sacreBLEU's signature.
+Both are sacreBLEU's own `BLEU` and `CHRF`, returned with the keys of the Hub's `evaluate-metric/sacrebleu` and
+`evaluate-metric/chrf` and with sacreBLEU's signature.
 """
 
 from collections.abc import Callable
@@ -29,37 +29,32 @@ from ..errors import DataError
 IGNORED_LABEL_ID = -100
 
 
+def _corpus_score(metric: BLEU | CHRF, keys: tuple[str, ...], hypotheses: list[str], references: list[str]) -> dict:
+    score = metric.corpus_score(hypotheses, [references])
+    return {key: getattr(score, key) for key in keys} | {"signature": metric.get_signature().format()}
+
+
 def bleu_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
-    """sacreBLEU's corpus BLEU (`sacrebleu.metrics.BLEU(**options)`) of `hypotheses` against one reference each, with
-    the keys of the Hub's `evaluate-metric/sacrebleu` (`score`, `counts`, `totals`, `precisions`, `bp`, `sys_len`,
-    `ref_len`) and the `signature` that makes the score reproducible."""
-    bleu = BLEU(**options)
-    score = bleu.corpus_score(hypotheses, [references])
+    """sacreBLEU's corpus BLEU (`BLEU(**options)`) against one reference each, as `evaluate-metric/sacrebleu`
+    returns it, with the `signature` that makes the score reproducible."""
     keys = ("score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len")
-    return {key: getattr(score, key) for key in keys} | {"signature": bleu.get_signature().format()}
+    return _corpus_score(BLEU(**options), keys, hypotheses, references)
 
 
 def chrf_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
-    """sacreBLEU's chrF (`sacrebleu.metrics.CHRF(**options)`; character 6-grams, β=2) against one reference each,
-    with the keys of the Hub's `evaluate-metric/chrf` (`score`, `char_order`, `word_order`, `beta`) and the
-    `signature`."""
-    chrf = CHRF(**options)
-    score = chrf.corpus_score(hypotheses, [references])
-    keys = ("score", "char_order", "word_order", "beta")
-    return {key: getattr(score, key) for key in keys} | {"signature": chrf.get_signature().format()}
+    """sacreBLEU's chrF (`CHRF(**options)`: character 6-grams, β=2) against one reference each, as
+    `evaluate-metric/chrf` returns it, with the `signature`."""
+    return _corpus_score(CHRF(**options), ("score", "char_order", "word_order", "beta"), hypotheses, references)
 
 
 def moses_tokenize(lines: list[str], lang: str) -> list[str]:
     """Lowercase, normalize punctuation and Moses-tokenize `lines` exactly as the official Multi30k `tok/` files were
-    made: `lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl -l L` (multi30k/dataset
-    `scripts/task1-tokenize.sh`), with Moses' default escaping (`&apos;`, `&quot;`, `&amp;`, ...) and no `-a` dash
-    splitting.
+    made (`lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl -l L`, Moses' default escaping, no `-a`).
 
-    Two details make sacremoses match the Perl scripts on every line of train, valid, test2016 and test2017 in both
-    languages: `perl_parity=True` (Perl maps `’` to `"`, sacremoses by default to `'`), and a trailing newline during
-    normalization, because Perl reads each line with its newline and the German rule that moves a quote before a
-    final period (`s/(\\.+)\\"(\\s*[^<])/\\"$1$2/`) needs a character after the quote, which at the end of a line is
-    that newline.
+    Two details make sacremoses match the Perl scripts on every line of every split in both languages:
+    `perl_parity=True` (Perl maps `’` to `"`), and a trailing newline during normalization, because Perl reads each
+    line with its newline and the German rule that moves a quote before a final period
+    (`s/(\\.+)\\"(\\s*[^<])/\\"$1$2/`) needs a character after the quote.
     """
     normalizer = sacremoses.MosesPunctNormalizer(lang=lang, perl_parity=True)
     tokenizer = sacremoses.MosesTokenizer(lang=lang)
@@ -105,21 +100,10 @@ def score_translations(
     lowercase: bool = False,
     bleu_tokenize: str | None = None,
 ) -> dict:
-    """Score detokenized `hypotheses` in language `lang` against one reference each; `lowercase=True` makes sacreBLEU
-    and chrF case-insensitive (`case:lc` in the signature), for a model that writes lowercase
-    (`tokenization.lowercases`); `bleu_tokenize` overrides the tokenizer sacreBLEU picks for `lang`.
-
-    Returns `{"num_sentences", "bleu", "chrf"}` and, when `tokenized_references` are given, `"tokenized_bleu"`:
-
-    - `bleu`: sacreBLEU with its defaults (cased, exp smoothing; the tokenizer of `sacrebleu_options`) on the raw
-      `references`, as the Hub's `evaluate-metric/sacrebleu` returns it (`score`, `counts`, `totals`, `precisions`,
-      `bp`, `sys_len`, `ref_len`) plus `signature`;
-    - `chrf`: sacreBLEU's chrF (character 6-grams, β=2) on the raw references, as `evaluate-metric/chrf` returns it
-      plus `signature`;
-    - `tokenized_bleu`: multi-bleu.perl-style BLEU, the metric of the Multi30k literature: the hypotheses go through
-      `moses_tokenize(…, lang)` (lowercase + normalize-punctuation + tokenizer.perl, as the official `tok/`
-      references were made), then sacreBLEU scores whitespace tokens with `tokenize="none"` and no smoothing, as
-      multi-bleu.perl does. Same keys as `bleu`, plus `preprocessing` naming what was done to the hypotheses.
+    """Score detokenized `hypotheses` in language `lang` against one reference each, both ways of the module
+    docstring: `{"num_sentences", "bleu", "chrf"}` and, given `tokenized_references`, `"tokenized_bleu"` (with
+    `preprocessing` naming what was done to the hypotheses). `lowercase=True` makes sacreBLEU and chrF
+    case-insensitive, for a model that writes lowercase; `bleu_tokenize` overrides sacreBLEU's tokenizer for `lang`.
     """
     _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
     scores = {
@@ -144,11 +128,9 @@ def score_translations(
 def compute_metrics_for_trainer(
     tokenizer: PreTrainedTokenizerBase, target_lang: str = "de", bleu_tokenize: str | None = None
 ) -> Callable[[EvalPrediction], dict[str, float]]:
-    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU (with the tokenizer for
-    `target_lang`, `sacrebleu_options`) and chrF of the generated translations against the decoded labels, and the
-    mean generated length in tokens (`gen_len`, counting every non-pad token, as transformers'
-    `examples/pytorch/translation/run_translation.py` does).
-    """
+    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU (`sacrebleu_options`) and chrF
+    of the generated translations against the decoded labels, and `gen_len`, the mean count of non-pad tokens (as
+    transformers' `run_translation.py`)."""
     if tokenizer.pad_token_id is None:
         raise DataError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
     bleu_options = sacrebleu_options(target_lang, bleu_tokenize)

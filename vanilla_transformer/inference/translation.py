@@ -4,9 +4,6 @@
 size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input length + 50 output tokens, early
 stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
 
-A model whose weights hold NaN or Inf (loaded around `load_model_and_tokenizer`, which refuses them) decodes to empty
-or garbage lines; `translate` notices the non-finite scores and raises instead of returning them.
-
 `load_translator` puts a model behind one call for the commands, with our PyTorch model or its CTranslate2 export
 (`ctranslate2_engine`) as the engine.
 """
@@ -18,7 +15,7 @@ from typing import NamedTuple
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..errors import VanillaTransformerError
+from ..errors import ExportError, VanillaTransformerError
 
 
 def translate(
@@ -30,22 +27,13 @@ def translate(
 ) -> list[str]:
     """Translate `sentences` with `model.generate(**generate_kwargs)`, one output string per input, in input order.
 
-    Sentences are sorted by tokenized length (longest first, so that a batch too large for memory fails at once)
-    and cut into batches of `batch_size`, so that each batch carries little padding; the source is padded on the
-    right, as the encoder's positions start at the first token. The model's generation config decides the decoding
-    unless `generate_kwargs` override it (e.g. `num_beams=1` for greedy). Outputs are decoded with
-    `skip_special_tokens=True`.
+    Sentences are sorted by length, longest first (a batch too large for memory fails at once), and padded on the
+    right, as the encoder's positions start at the first token. An empty line translates to "" without reaching the
+    model (which would make up text); text that spells a special token is tokenized as text. Nothing is truncated.
 
-    An empty (or whitespace-only) sentence translates to an empty string without reaching the model: a model given
-    no source produces arbitrary text, and one output per input line keeps files aligned for scoring. Text that
-    spells a special token (`"</s>"`, `"<pad>"`) is tokenized as text. Nothing is truncated: with sinusoidal
-    positions (the paper's) a sentence longer than `max_position_embeddings` tokens translates like any other; with
-    learned positions it raises a `ValueError` naming the sentence, its length and the limit.
-
-    The model runs in eval mode (dropout off) under `torch.inference_mode()`, on its own device; its train/eval
-    mode is restored afterwards. Scores that are not finite (weights holding NaN or Inf, or a float16 overflow) raise
-    a `ValueError` naming the model's folder: with beam search the finished hypotheses' `sequences_scores` are
-    checked, otherwise every step's logits (for NaN or +Inf; -Inf is what logits processors write to forbid a token).
+    Non-finite scores (weights holding NaN or Inf, a float16 overflow) raise instead of returning garbage: beam
+    search's `sequences_scores` are checked, otherwise every step's logits for NaN or +Inf (-Inf is what logits
+    processors write to forbid a token).
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
@@ -73,36 +61,31 @@ def translate(
 
     generation_config = generate_kwargs.get("generation_config") or model.generation_config
     beam_search = (generate_kwargs.get("num_beams") or generation_config.num_beams or 1) > 1
-    if beam_search:  # the scores come with the sequences at no cost
-        generate_kwargs = {**generate_kwargs, "return_dict_in_generate": True}
-    else:  # greedy or sampling: every step's logits pass a check, appended to the caller's processors
-        user_processors = list(generate_kwargs.get("logits_processor") or [])
-        generate_kwargs = dict(generate_kwargs)
+    generate_kwargs = dict(generate_kwargs)
+    # beam search: the scores come with the sequences at no cost; otherwise a check joins the caller's processors
+    if beam_search:
+        generate_kwargs["return_dict_in_generate"] = True
+    user_processors = list(generate_kwargs.get("logits_processor") or [])
 
-    device = model.device
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
-                width = max(len(token_ids[index]) for index in batch)
-                input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
-                attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, index in enumerate(batch):
-                    ids = token_ids[index]
-                    input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                    attention_mask[row, : len(ids)] = 1
+                rows = [token_ids[index] for index in batch]
+                width = max(map(len, rows))
+                padded = [ids + [pad_token_id] * (width - len(ids)) for ids in rows]
+                mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in rows]
                 check = None if beam_search else _NonFiniteLogits()
                 if check is not None:
                     generate_kwargs["logits_processor"] = LogitsProcessorList([*user_processors, check])
                 output = model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **generate_kwargs
+                    input_ids=torch.tensor(padded, device=model.device),
+                    attention_mask=torch.tensor(mask, device=model.device),
+                    **generate_kwargs,
                 )
-                if isinstance(output, torch.Tensor):
-                    sequences = output
-                else:  # return_dict_in_generate=True
-                    sequences = output.sequences
+                sequences = output if isinstance(output, torch.Tensor) else output.sequences
                 if check is not None:
                     non_finite = check.found()
                 else:
@@ -163,9 +146,6 @@ def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> N
         )
 
 
-__all__ = ["translate"]
-
-
 ENGINES = ("pytorch", "ctranslate2")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -183,11 +163,9 @@ class Translator(NamedTuple):
 def load_translator(
     source: str, engine: str = "pytorch", device: str | None = None, dtype: str | None = None
 ) -> Translator:
-    """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id loaded and checked by
-    `load_model_and_tokenizer` and decoded by `translate`, its weights in `dtype` ("float32", "bfloat16" or
-    "float16"; default: as saved) — bf16 runs the matmuls on the matrix units of recent CPUs (AMX) and GPUs, while
-    beam scores stay float32; or "ctranslate2", a folder written by `vanilla-transformer export-ctranslate2` and
-    decoded by CTranslate2 (`ctranslate2_engine`), whose weight type is chosen when exporting. `device` defaults to
+    """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id (`load_model_and_tokenizer`)
+    with its weights in `dtype` (default: as saved; bf16 uses the matrix units of recent CPUs and GPUs), or
+    "ctranslate2", an `export-ctranslate2` folder, whose weight type was chosen when exporting. `device` defaults to
     cuda where there is one."""
     if engine not in ENGINES:
         raise VanillaTransformerError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
@@ -195,7 +173,6 @@ def load_translator(
         raise VanillaTransformerError(f"dtype={dtype!r} is unknown; use one of {', '.join(DTYPES)}.")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if engine == "ctranslate2":
-        from ..errors import ExportError
         from .ctranslate2_engine import load_ctranslate2, translate_with_ctranslate2
 
         if dtype is not None:

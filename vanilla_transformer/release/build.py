@@ -1,7 +1,6 @@
 """A Hub-ready release folder: the averaged model, its tokenizer and code files, measured test scores, and a model
 card (`README.md` with YAML metadata and `model-index` results)."""
 
-import hashlib
 import json
 import os
 import re
@@ -15,7 +14,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 from ..data.anki import ATTRIBUTION, SPLITS
 from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_sha256, load_corpus, sides
 from ..data.multi30k import GUNZIPPED, MULTI30K_ENV, holds_multi30k, multi30k_dir
-from ..data.text import read_lines
+from ..data.text import file_sha256, read_lines
 from ..data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint
 from ..errors import SettingsError
 from ..files.model_card import card_from_release_record, training_hyperparameters
@@ -32,9 +31,8 @@ EXAMPLE_EVERY = 100  # the card shows every 100th sentence of the first test spl
 
 @dataclass(frozen=True)
 class ReleaseData:
-    """Where a release is tuned and scored: Multi30k (`data_dir`; None is `multi30k_dir()`, downloaded once), α on
-    valid and the card's scores on test2016 and test2017; or an Anki/Tatoeba TSV file (`corpus_file`), α on its
-    valid split and the scores on its test split (`data.anki`: the split is the file's own)."""
+    """Where a release is tuned (α on valid) and scored: Multi30k's test2016 and test2017 (`data_dir`, None for
+    `multi30k_dir()`), or an Anki/Tatoeba TSV file's own test split (`corpus_file`)."""
 
     data_dir: str | Path | None = None
     corpus_file: str | Path | None = None
@@ -47,12 +45,10 @@ class ReleaseData:
 
     @property
     def valid_metric(self) -> str:
-        """The BLEU that `tune_length_penalty` compares: Multi30k's tokenized BLEU, sacreBLEU where no tokenized
-        reference exists."""
+        """The BLEU `tune_length_penalty` compares: tokenized where the official tokenized reference exists."""
         return "sacreBLEU" if self.corpus_file else "BLEU (tok)"
 
     def evaluate(self, folder: str | Path, split: str, **kwargs) -> dict:
-        """`evaluation.evaluate_model_on_split` on `split` of this data."""
         return evaluate_model_on_split(
             str(folder),
             split,
@@ -64,7 +60,6 @@ class ReleaseData:
         )
 
     def pairs(self, split: str) -> tuple[list[str], list[str]]:
-        """The sources and references of `split`."""
         if self.corpus_file:
             corpus = load_corpus(str(self.corpus_file), split, self.source_lang, self.target_lang)
             return sides(corpus, self.source_lang, self.target_lang)
@@ -80,13 +75,9 @@ class ReleaseData:
         source_lang: str | None = None,
         target_lang: str | None = None,
     ) -> "ReleaseData":
-        """The data to score a run's release on, decided by what the run recorded it trained on (`run_preset`, its
-        `preset.json`): a Multi30k run on Multi30k (`data_dir`, or the folder it trained on, or `multi30k_dir()`),
-        a TSV run on that file's test split, in the run's languages. Raises a `ValueError` naming the mismatch for
-        data of another kind than the training data (a `corpus_file` for a Multi30k run, a `data_dir` for a TSV
-        run), a `corpus_file` other than the one trained on (by content where the run recorded its digest), languages
-        other than the run's, and runs on a corpus with no test set of its own to score (the built-in corpus, a
-        `datasets` name)."""
+        """The data to score a run's release on, from what its `preset.json` (`run_preset`) says it trained on: a
+        Multi30k run on Multi30k, a TSV run on that file's test split, in the run's languages. Raises a
+        `SettingsError` for other data or languages than the run's, or a corpus with no test set of its own."""
         corpus = str(run_preset.get("corpus", MULTI30K))
         recorded = run_preset.get("run", {})
         given = {"--source-lang": source_lang, "--target-lang": target_lang}
@@ -149,8 +140,8 @@ class ReleaseData:
         return cls(None, file, source_lang, target_lang)
 
     def record(self) -> dict:
-        """What the card says of the data: the dataset, the languages, and for a TSV file its name, SHA-256, split
-        sizes and number of Tatoeba contributors (the third column credits each pair's sentences to their users)."""
+        """What the card says of the data: dataset and languages, and for a TSV file its name, SHA-256, split sizes
+        and number of Tatoeba contributors (the third column credits each pair's sentences to their users)."""
         record = {"dataset": "multi30k", "languages": [self.source_lang, self.target_lang]}
         if not self.corpus_file:
             if self.data_dir is None and not os.environ.get(MULTI30K_ENV):
@@ -175,7 +166,7 @@ class ReleaseData:
         return record | {
             "dataset": "tatoeba",
             "file": path.name,
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "sha256": file_sha256(path),
             "pairs": {split: len(dataset) for split, dataset in splits.items()},
             "contributors": len(users),
         }
@@ -183,18 +174,15 @@ class ReleaseData:
 
 def language_flags(source_lang: str, target_lang: str) -> str:
     """The commands' language flags, for a pair other than their default en→de."""
-    return (
-        ""
-        if (source_lang, target_lang) == ("en", "de")
-        else f" --source-lang {source_lang} --target-lang {target_lang}"
-    )
+    if (source_lang, target_lang) == ("en", "de"):
+        return ""
+    return f" --source-lang {source_lang} --target-lang {target_lang}"
 
 
 def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", target_lang: str = "de") -> str:
-    """The `vanilla-transformer train` line that trains a run with this `preset.json` on this language pair: the
-    named preset it differs least from, a flag for each field it changed, and one for each setting of its `"run"`
-    record that is not the default (seed, precision, ...: `settings.run_flags`). A change no flag can make (the model
-    preset or its overrides) raises."""
+    """The `vanilla-transformer train` line that trains a run with this `preset.json`: the named preset it differs
+    least from, a flag for each field it changed and for each non-default setting of its `"run"` record. A change no
+    flag can make raises."""
     recorded = run_preset.get("run", {})
     recorded_flags = run_flags(recorded) if recorded else ""
 
@@ -227,10 +215,8 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
 def tune_length_penalty(
     folder: str | Path, data: ReleaseData, alphas: list[float], split: str = "valid", batch_size: int = 100
 ) -> dict[float, float]:
-    """BLEU on `split` for each length penalty α, the folder's other decoding settings kept: the paper chose its
-    α = 0.6 "after experimentation on the development set" (§6.1), and a release on other data may do the same. The
-    BLEU is the tokenized one where the split has the official tokenized reference, sacreBLEU (with the target
-    language's tokenizer) otherwise."""
+    """BLEU (`ReleaseData.valid_metric`) on `split` for each length penalty α: the paper chose its α = 0.6 "after
+    experimentation on the development set" (§6.1), and a release on other data may do the same."""
     scores = {}
     for alpha in alphas:
         result = data.evaluate(folder, split, batch_size=batch_size, length_penalty=alpha)
@@ -248,8 +234,7 @@ def set_length_penalty(folder: str | Path, alpha: float) -> None:
 
 
 def adopt_best_length_penalty(folder: str | Path, data: ReleaseData, alphas: list[float]) -> dict[float, float]:
-    """Tune α on valid (`tune_length_penalty`) and make the best one the folder's default; on a tie the α listed
-    first wins. Returns every α's score, for the card."""
+    """Make the α that scores best on valid the folder's default (on a tie, the first listed); returns every score."""
     on_valid = tune_length_penalty(folder, data, alphas)
     best = max(on_valid, key=on_valid.get)
     set_length_penalty(folder, best)
@@ -267,12 +252,8 @@ def training_summary(
     on_valid: dict[float, float] | None = None,
     valid_metric: str = "BLEU (tok)",
 ) -> dict:
-    """The card's account of how the averaged model in `final_dir` was trained: parameters, updates, epochs, time,
-    hardware, the averaged checkpoints, the length penalties tried on valid (scored in `valid_metric`), and the
-    hyperparameters (from the config and `run_preset`, the run's `preset.json`, which the caller has read already).
-
-    Without `train_hours` the time runs from the tokenizer's file to the last averaged checkpoint, which overstates a
-    run resumed after a pause: give the sum of its stretches then."""
+    """The card's account of how the averaged model in `final_dir` was trained. Without `train_hours` the time runs
+    from the tokenizer's file to the last averaged checkpoint, which overstates a run resumed after a pause."""
     run, final = Path(run_dir), Path(final_dir)
     state = json.loads((averaged[-1] / "trainer_state.json").read_text())
     config = json.loads((final / "config.json").read_text())
@@ -309,9 +290,8 @@ def training_summary(
 
 
 def evaluate_release(folder: str | Path, data: ReleaseData, batch_size: int = 100) -> tuple[dict, list[dict]]:
-    """Scores of the folder on each of the data's test splits (paper decoding), plus those of the first
-    `SMOKE_SENTENCES` translations of the first; and every `EXAMPLE_EVERY`th sentence of the first with its
-    reference and translation, for the card."""
+    """Scores of the folder on each test split, plus those of the first `SMOKE_SENTENCES` translations of the first;
+    and every `EXAMPLE_EVERY`th sentence of the first with its reference and translation, for the card."""
     first = data.test_splits[0]
     with tempfile.TemporaryDirectory() as scratch:
         results = {
@@ -322,10 +302,7 @@ def evaluate_release(folder: str | Path, data: ReleaseData, batch_size: int = 10
     sources, references = data.pairs(first)
     lowercase = lowercases(AutoTokenizer.from_pretrained(folder))
     results[f"{first}[:{SMOKE_SENTENCES}]"] = score_translations(
-        hypotheses[:SMOKE_SENTENCES],
-        references[:SMOKE_SENTENCES],
-        lang=data.target_lang,
-        lowercase=lowercase,
+        hypotheses[:SMOKE_SENTENCES], references[:SMOKE_SENTENCES], lang=data.target_lang, lowercase=lowercase
     )
     examples = [
         {"source": sources[i], "reference": references[i], "translation": hypotheses[i]}
@@ -353,12 +330,9 @@ def write_release(
     data: dict | None = None,
     examples: list[dict] | None = None,
 ) -> Path:
-    """Copy the model folder, write `results.json` and the card (`templates/model_card.md`, with the commands that
-    reproduce the run from its `preset.json`, and the release with `release_flags`, the options of
-    `vanilla-transformer release` it used); the folder replaces `release_dir` only whole. `data` is
-    `ReleaseData.record()` (Multi30k en→de when not given), `examples` translations the card shows. A `release_dir`
-    that is, holds or lies inside the model folder is refused, as is a non-empty one that is not a release folder a
-    command wrote, unless `overwrite` (`outputs.check_output_folder`)."""
+    """Copy the model folder, write `results.json` and the card (with the commands that reproduce the run and the
+    release, `release_flags` being the release's options); the folder replaces `release_dir` only whole. `data` is
+    `ReleaseData.record()` (Multi30k en→de when not given), `examples` translations the card shows."""
     release = Path(release_dir)
     check_not_an_input(release, [("the averaged model", final_dir)])
     check_output_folder(release, "release", overwrite)
@@ -393,9 +367,8 @@ def write_release(
 
 
 def record_tokenizer_fingerprint(folder: str | Path) -> str:
-    """Make `folder`'s config.json record the fingerprint of the tokenizer beside it (`tokenizer_fingerprint`), so
-    that another tokenizer put in the folder later is refused when it loads; a fingerprint it records already must be
-    that tokenizer's (a model trained before fingerprints were recorded gets one). Returns the fingerprint."""
+    """Make `folder`'s config.json record the fingerprint of the tokenizer beside it, so that another tokenizer put
+    there later is refused when it loads; one it records already must match. Returns the fingerprint."""
     config_path = Path(folder) / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     fingerprint = tokenizer_fingerprint(load_tokenizer(folder))

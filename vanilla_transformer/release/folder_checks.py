@@ -1,8 +1,8 @@
 """Whether a saved folder makes a complete, safe model repo: what `hub.plan_push` checks before anything is sent.
 
-`validate_folder` lists every reason a folder would not (config.json and its auto_map, the code files `CODE_FILES`,
-the weights that load, tokenizer, generation config, the card's metadata), with the loader's own checks of config,
-weights and tokenizer (`files.loading`); `find_pickles` finds a pickle anywhere under it, by name or by content.
+`validate_folder` lists every reason a folder would not (config.json and its auto_map, the code files, weights,
+tokenizer, generation config, the card's metadata), with `files.loading`'s checks; `find_pickles` finds a pickle
+anywhere under it, by name or by content.
 """
 
 import ast
@@ -22,9 +22,6 @@ from ..files.loading import (
     weights_problems,
 )
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-
-# What `hub.plan_push` checks before anything is sent: the folder as a model repo (config, auto_map and code files,
-# weights that load, tokenizer, generation config, card metadata), and no pickle anywhere under it.
 
 # the remote code a folder carries for `trust_remote_code=True`, and the Auto classes its config.json's auto_map names
 CODE_FILES = (
@@ -84,13 +81,10 @@ def _check_tokenizer(folder: Path, config: dict) -> list[str]:
     """The tokenizer files are there, load, and fit the model (`check_tokenizer_fits_model`)."""
     try:
         check_tokenizer_files(folder)
-    except ModelFolderError as error:
-        return [str(error)]
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except Exception as error:  # noqa: BLE001
-        return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
-    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        except Exception as error:  # noqa: BLE001
+            return [f"AutoTokenizer cannot load the tokenizer files: {type(error).__name__}: {error}"]
         check_tokenizer_fits_model(tokenizer, VanillaTransformerConfig.from_dict(config), str(folder))
     except ModelFolderError as error:
         return [str(error)]
@@ -144,9 +138,8 @@ def _is_pickle(path: Path, *, read: bool = True) -> bool:
 
 
 def find_pickles(folder: str | Path) -> list[Path]:
-    """Files anywhere under `folder` that are (or are named like) pickles: `torch.save` output, `.bin`, `.pkl`, ...
-
-    A link to a file outside the folder is judged by its name only: its target is never opened."""
+    """Files anywhere under `folder` that are (or are named like) pickles; a link out of the folder is judged by its
+    name only, its target never opened."""
     folder = Path(folder)
     root = folder.resolve()
     return [

@@ -1,21 +1,12 @@
 """Push a model folder to the Hugging Face Hub: plan what a push sends (`plan_push`), then send exactly that with
 `huggingface_hub` (`push_folder`: to a new or existing repo, a branch, or as a pull request), explaining what the Hub
-refuses. The folder's checks live in `folder_checks` (`validate_folder`, `find_pickles`); a folder without a card
-gets one rendered from its run's records (`card_for_folder`, with `files.model_card`'s template).
-
-A complete folder loads anywhere with `AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True)`:
-`model.safetensors` (no pickles), `config.json` whose `auto_map` names the two code files, the code files, tokenizer
-files, `generation_config.json` (the paper's decoding), and a `README.md` card whose YAML metadata carries the license
-(the training data's terms where it has its own), languages, the Hub datasets that hold the training data (none when
-none does) and `model-index` results.
-
-A push sends only those files (`plan_push` lists them; see its docstring for the exact rules): never the rest of a
-training folder (logs, optimizer state, credentials), never what a link points to outside the folder, never weights
-that fail their checksum or hold NaN/Inf, and never remote code that differs from this package's own unless asked.
+refuses. The folder's checks live in `folder_checks`; a folder without a card gets one rendered from its run's
+records (`card_for_folder`).
 """
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -28,8 +19,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from safetensors import safe_open
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
-from ..errors import FolderNotReadyError, HubPushError, VanillaTransformerError
-from ..files.loading import CHECKSUM_SUFFIX
+from ..errors import FolderNotReadyError, HubPushError, ModelFolderError, VanillaTransformerError
+from ..files.loading import CHECKSUM_SUFFIX, index_shards
 from ..files.model_card import card_from_release_record, card_from_training_log, dataset_id
 from ..training.checkpoints import list_checkpoints
 from .folder_checks import CODE_FILES, check_contents, pickle_problems, resolves_inside, validate_folder
@@ -59,17 +50,11 @@ MODEL_CODE = resources.files(f"{__package__.rpartition('.')[0]}.model")
 INVALID_TOKEN = "Invalid credentials in Authorization header"  # the Hub's words for a token it does not know
 
 
-# -- what a push sends ----------------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True)
 class PushPlan:
-    """What a push of `folder` sends, after every check passed (`plan_push`).
-
-    `files` maps each file's name in the repo to its size in bytes; `left_out` names the folder's other top-level
-    entries (a folder with a trailing `/`); `modified_code` names the code files that differ from the installed
-    package's (pushed only with `allow_modified_code`); `card` is the README.md rendered for a folder without one.
-    """
+    """What a push of `folder` sends (`plan_push`): `files` maps each name in the repo to its size in bytes;
+    `left_out` names the folder's other top-level entries; `modified_code` the code files that differ from the
+    installed package's; `card` is the README.md rendered for a folder without one."""
 
     folder: Path
     files: dict[str, int]
@@ -105,10 +90,9 @@ class PushPlan:
 def _shard_names(index: Path) -> tuple[list[str], list[str]]:
     """The shard files a model.safetensors.index.json names, and a problem for each that push could not send."""
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-        return [], []  # from_pretrained reports the broken index when the folder is checked
+        names = index_shards(index)
+    except ModelFolderError:
+        return [], []  # reported when the folder is checked
     shards, problems = [], []
     for name in names:
         if isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name and "\\" not in name:
@@ -121,20 +105,14 @@ def _shard_names(index: Path) -> tuple[list[str], list[str]]:
     return shards, problems
 
 
-def _packaged_code(name: str) -> bytes | None:
-    """The installed package's own copy of a code file (None if this install lacks it)."""
-    try:
-        return (MODEL_CODE / name).read_bytes()
-    except OSError:
-        return None
-
-
 def _modified_code(sources: dict[str, Path]) -> list[str]:
-    return [
-        name
-        for name in CODE_FILES
-        if name in sources and _packaged_code(name) not in (None, sources[name].read_bytes())
-    ]
+    """The code files among `sources` that differ from the installed package's copy (where it has one)."""
+    modified = []
+    for name in CODE_FILES:
+        packaged = MODEL_CODE / name
+        if name in sources and packaged.is_file() and packaged.read_bytes() != sources[name].read_bytes():
+            modified.append(name)
+    return modified
 
 
 def _stage(plan: PushPlan, staging: Path) -> Path:
@@ -167,25 +145,13 @@ def check_repo_id(repo_id: str) -> None:
 def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_code: bool = False) -> PushPlan:
     """Check `folder` and list what a push would send; raises `FolderNotReadyError` (every problem, one line each).
 
-    The rules, for the folder's top-level entries:
-
-    - Sent: the `MODEL_FILES` that are files, the shards its model.safetensors.index.json names, and the `.sha256`
-      of each weights file. Nothing else: other files and every subfolder (`runs/`, `checkpoint-*/`, `.cache/`,
-      credentials, optimizer state) are left out and named in `PushPlan.left_out`, not refused, so that a training
-      folder pushes as it is. A pickle anywhere under the folder is refused all the same (`loading.find_pickles`).
-    - Links: a link inside the folder to a file inside it is read like the file. A link whose target resolves
-      outside the folder is never followed: with the name of a file that would be sent it is refused (the user
-      meant it to be sent, and sending a copy of something elsewhere on the machine is a decision to make by copying
-      the file in); with any other name it is left out like any other extra file.
-    - Weights: refused when a weights file fails its `.sha256`, is not a complete safetensors file, or holds NaN or
-      ±Inf in any floating tensor (`loading.weights_problems`, as for a load).
-    - Remote code: a code file that differs from the installed package's copy is refused (every downloader runs it
-      with trust_remote_code=True) unless `allow_modified_code`; then it is sent and `PushPlan.modified_code` says so.
-    - The folder's checks (`loading.validate_folder`) run on exactly the files that would be sent, so a model that
-      only loads thanks to a file left out is refused rather than pushed broken.
-
-    A folder without README.md gets a card rendered from its run's records (`card_for_folder`), held in
-    `PushPlan.card`: nothing is written to the folder here.
+    Sent: the top-level `MODEL_FILES`, the shards the index names and each weights file's `.sha256`; everything else
+    is left out, not refused, so that a training folder pushes as it is (a pickle anywhere under it is refused). A
+    link out of the folder is never followed: refused under the name of a file that would be sent (copying the file
+    in is the user's decision), else left out. Code that differs from the package's is refused unless
+    `allow_modified_code`. The folder's checks run on exactly the files that would be sent, so a model that loads
+    only thanks to a file left out is refused. A card rendered for a folder without README.md is held in
+    `PushPlan.card`; nothing is written to the folder here.
     """
     folder = Path(folder)
     if repo_id is not None:
@@ -229,10 +195,8 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
             left_out.append(f"{name} (a link out of the folder)")
         else:
             left_out.append(f"{name}/" if path.is_dir() else name)
-    card = None
-    if "README.md" not in entries:
-        rendered = card_for_folder(folder, repo_id)
-        card = None if rendered is None else str(rendered)
+    rendered = card_for_folder(folder, repo_id) if "README.md" not in entries else None
+    card = None if rendered is None else str(rendered)
 
     problems += pickle_problems(folder)
     modified = _modified_code(sources)
@@ -262,9 +226,6 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     if problems:
         raise FolderNotReadyError(folder, problems)
     return plan
-
-
-# -- pushing --------------------------------------------------------------------------------------------------------
 
 
 def _explain(error: HfHubHTTPError, repo_id: str, endpoint: str, revision: str | None, create_pr: bool) -> str:
@@ -308,16 +269,12 @@ def push_folder(
     allow_modified_code: bool = False,
     plan: PushPlan | None = None,
 ) -> CommitInfo:
-    """Check `folder` (`plan_push`: what is sent, what is left out, what is refused), then upload exactly the files
-    of its plan to `repo_id` (`namespace/name`) in one commit.
+    """Upload exactly the files of `plan` (`plan_push`'s, computed here when not given) to `repo_id` in one commit.
 
-    A card rendered for a folder without one is also saved as the folder's README.md. The repo is created when
-    missing (`private` applies then) and `revision` is a branch, created from `main` when missing. With `create_pr`
-    the commit becomes a pull request against `revision` (default `main`) of an existing repo. `plan` is
-    `plan_push`'s answer for this folder, when the caller has it already (the CLI shows it before pushing), so that
-    the checks do not run twice. Raises `FolderNotReadyError` (every problem, nothing sent) or `HubPushError` (the
-    Hub refused; the remote is unchanged). The endpoint and token come from `HF_ENDPOINT` and `HF_TOKEN` unless
-    `token` is given.
+    A rendered card is also saved as the folder's README.md. The repo is created when missing (`private` applies
+    then), and `revision` is a branch, created from `main` when missing; with `create_pr` the commit is a pull request
+    against `revision` of an existing repo. Raises `FolderNotReadyError` (nothing sent) or `HubPushError` (the Hub
+    refused; the remote is unchanged). The token comes from `HF_TOKEN` unless given.
     """
     folder = Path(folder)
     check_repo_id(repo_id)
@@ -360,22 +317,13 @@ def push_folder(
 def _count_parameters(weights: Path) -> int:
     """Parameters as stored (tied matrices once), read from the safetensors header only."""
     with safe_open(weights, framework="pt") as handle:
-        total = 0
-        for key in handle.keys():
-            size = 1
-            for dim in handle.get_slice(key).get_shape():
-                size *= dim
-            total += size
-        return total
+        return sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())
 
 
 def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard | None:
-    """Render a card for a folder that has none, from its run's records; None when there are none.
-
-    A release folder has `results.json` (`scripts/release.py`); a training job's folder (`<run>/final`, as
-    `scripts/train.py` leaves it) has the run's `trainer_state.json` in its newest checkpoint and `preset.json`
-    beside it.
-    """
+    """Render a card for a folder that has none, from its run's records; None when there are none. A release folder
+    has `results.json`; a training run's `final/` has `trainer_state.json` in its newest checkpoint and `preset.json`
+    beside it."""
     folder = Path(folder)
     name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
     if (folder / "results.json").is_file():

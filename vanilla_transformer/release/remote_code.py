@@ -28,35 +28,25 @@ else:
     raise SystemExit("vanilla_transformer is importable in the clean process")
 """
 
+# Loads each model of the JSON request with the Auto classes as remote code, then generates from the tensors saved in
+# `inputs_file` (ids only), or from the tokenized `sentences` (ids and texts).
 _SCRIPT = (
     _BLOCK_PACKAGE
     + """
 import json
 import torch
-from transformers import AutoModel, AutoModelForSeq2SeqLM
-folder, inputs_file, generate_kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-assert model.__module__.startswith("transformers_modules."), model.__module__
-base = AutoModel.from_pretrained(folder, trust_remote_code=True)
-assert type(base).__name__ == "VanillaTransformerModel", type(base)
-print(json.dumps(model.generate(**torch.load(inputs_file), **generate_kwargs).tolist()))
-"""
-)
-
-
-_TRANSLATE_SCRIPT = (
-    _BLOCK_PACKAGE
-    + """
-import json
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 request = json.loads(sys.argv[1])
 results = []
 for source, revision in request["models"]:
-    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(source, revision=revision, trust_remote_code=True).eval()
     assert model.__module__.startswith("transformers_modules."), model.__module__
     base = AutoModel.from_pretrained(source, revision=revision, trust_remote_code=True)
     assert type(base).__name__ == "VanillaTransformerModel", type(base)
+    if "inputs_file" in request:
+        results.append(model.generate(**torch.load(request["inputs_file"]), **request["generate_kwargs"]).tolist())
+        continue
+    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=True)
     batch = tokenizer(request["sentences"], return_tensors="pt", padding=True)
     ids = model.generate(**batch, **request["generate_kwargs"])
     results.append({"ids": ids.tolist(), "texts": tokenizer.batch_decode(ids, skip_special_tokens=True)})
@@ -65,14 +55,14 @@ print(json.dumps(results))
 )
 
 
-def _run_clean(script: str, args: list[str], env: dict[str, str], scratch: str) -> str:
-    """Run `script` in a fresh interpreter whose working folder is not the project root (whose
-    `vanilla_transformer/` folder would be importable) and whose PYTHONPATH is empty; return its last output line."""
-    env = dict(env, PYTHONPATH="", HF_HOME=str(Path(scratch) / "hf_home"))  # an empty cache, as on a new machine
+def _run_clean(request: dict, scratch: str, offline: bool) -> list:
+    """Run `_SCRIPT` on `request` in a fresh interpreter, as on a new machine: an empty Hub cache, an empty
+    PYTHONPATH, and a working folder other than the project root (whose `vanilla_transformer/` is importable)."""
+    env = dict(os.environ, PYTHONPATH="", HF_HOME=str(Path(scratch) / "hf_home"), HF_HUB_OFFLINE=str(int(offline)))
     # as many threads as this process uses: on a busy machine torch's default (one per core) only makes them wait
     env["OMP_NUM_THREADS"] = str(torch.get_num_threads())
     result = subprocess.run(
-        [sys.executable, "-c", script, *args],
+        [sys.executable, "-c", _SCRIPT, json.dumps(request)],
         cwd=scratch,
         env=env,
         capture_output=True,
@@ -82,7 +72,7 @@ def _run_clean(script: str, args: list[str], env: dict[str, str], scratch: str) 
     )
     if result.returncode != 0:
         raise RuntimeError(f"Loading as remote code in a clean process failed:\n{result.stderr[-4000:]}")
-    return result.stdout.strip().splitlines()[-1]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def translate_without_package(
@@ -95,12 +85,9 @@ def translate_without_package(
     into an empty cache through this process's `HF_ENDPOINT` and `HF_TOKEN`.
     """
     pairs = [(str(model), None) if isinstance(model, str | Path) else (str(model[0]), model[1]) for model in models]
-    online = any(not Path(source).is_dir() for source, _ in pairs)
     request = {"sentences": sentences, "models": pairs, "generate_kwargs": generate_kwargs}
     with tempfile.TemporaryDirectory() as scratch:
-        env = dict(os.environ, HF_HUB_OFFLINE="0" if online else "1")
-        line = _run_clean(_TRANSLATE_SCRIPT, [json.dumps(request)], env, scratch)
-    return json.loads(line)
+        return _run_clean(request, scratch, offline=all(Path(source).is_dir() for source, _ in pairs))
 
 
 def generate_without_package(folder: str | Path, inputs: dict[str, torch.Tensor], **generate_kwargs) -> list:
@@ -109,6 +96,6 @@ def generate_without_package(folder: str | Path, inputs: dict[str, torch.Tensor]
     with tempfile.TemporaryDirectory() as scratch:
         inputs_file = Path(scratch) / "inputs.pt"
         torch.save(inputs, inputs_file)
-        args = [str(Path(folder).resolve()), str(inputs_file), json.dumps(generate_kwargs)]
-        line = _run_clean(_SCRIPT, args, dict(os.environ, HF_HUB_OFFLINE="1"), scratch)
-    return json.loads(line)
+        models = [(str(Path(folder).resolve()), None)]
+        request = {"models": models, "inputs_file": str(inputs_file), "generate_kwargs": generate_kwargs}
+        return _run_clean(request, scratch, offline=True)[0]

@@ -43,8 +43,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest `checkpoint-N` of `run_dir` that holds everything a resume needs (`RESUME_FILES`), or None. Staged
-    folders (`tmp-checkpoint-N`) are never candidates; incomplete checkpoints are skipped with a warning."""
+    """The newest `checkpoint-N` of `run_dir` that holds `RESUME_FILES`, or None; incomplete ones are skipped with a
+    warning."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return None
@@ -57,12 +57,9 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def check_checkpoint_pickles(folder: str | Path) -> None:
-    """Open every pickle a resume reads from `folder` (the Trainer's optimizer.pt, scheduler.pt, rng_state*.pth,
-    scaler.pt; accelerate's optimizer.bin, scheduler.bin, random_states_N.pkl) with `torch.load(weights_only=True)`
-    (and transformers' numpy allowlist) before the Trainer or accelerate does: a file holding objects other than
-    tensors (code, perhaps hostile) is refused here by name, never run, where accelerate would skip a random state it
-    cannot read with a line at INFO level. Memory-mapped, so the optimizer state is not read into memory twice. The
-    Trainer's `training_args.bin`, which no resume reads, is left alone."""
+    """Open every pickle a resume reads from `folder` (.pt, .pth, .bin, .pkl but `training_args.bin`) with
+    `weights_only=True`, memory-mapped, before the Trainer or accelerate does: a file holding objects other than
+    tensors is refused by name, never run, where accelerate would skip a random state it cannot read at INFO level."""
     for path in sorted(Path(folder).iterdir()):
         if path.suffix not in (".pt", ".pth", ".bin", ".pkl") or path.name == TRAINING_ARGS_NAME:
             continue
@@ -89,9 +86,8 @@ def remove_stale_staging(run_dir: str | Path) -> list[Path]:
 
 
 def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the `model.safetensors` weights of `folders` (float32 accumulation); every folder is
-    checked first (`loading.check_model_folder`), so that a truncated, bit-flipped, cut or diverged checkpoint is
-    named, not averaged in."""
+    """The element-wise mean of the weights of `folders` (float32 accumulation), each checked first, so that a
+    truncated, bit-flipped or diverged checkpoint is named, not averaged in."""
     if not folders:
         raise ModelFolderError("no checkpoints to average.")
     for folder in folders:
@@ -132,9 +128,8 @@ ARCHITECTURE_FIELDS = (
 
 
 def run_inputs(run_dir: str | Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
-    """What an output written from a training run must leave alone, as `outputs.check_not_an_input` takes it: the
-    inputs (each checkpoint, staged ones too, the run's tokenizer and preset.json) and the holder (the run folder,
-    which may hold outputs such as `final/` but must neither be nor lie inside one)."""
+    """What an output written from a run must leave alone (`outputs.check_not_an_input`): its checkpoints, staged
+    ones too, tokenizer and preset.json, and the run folder as their holder."""
     run = Path(run_dir)
     inputs: list[tuple[str, Path]] = []
     if run.is_dir():
@@ -156,10 +151,8 @@ def _architecture(config: dict) -> dict:
 
 
 def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
-    """Raise a `ValueError` unless `folders` are checkpoints of one run: the same architecture in every config.json
-    (`ARCHITECTURE_FIELDS`, and `tokenizer_fingerprint` where two record one), and each checkpoint's tokenizer (its
-    tokenizer.json and the fingerprint its config.json records) the run's own: `run_dir/tokenizer`, else the newest
-    checkpoint's (`tokenization.tokenizer_fingerprint`)."""
+    """Refuse `folders` unless they are checkpoints of one run: one architecture (`ARCHITECTURE_FIELDS`) and the
+    run's tokenizer (`run_dir/tokenizer`, else the newest checkpoint's) in each."""
     newest = folders[-1]
     configs = {folder: check_config_file(folder / "config.json") for folder in folders}
     reference = _architecture(configs[newest])
@@ -205,14 +198,9 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
 def average_checkpoints(
     run_dir: str | Path, output_dir: str | Path, last: int, overwrite: bool = False, command: str = "average"
 ) -> list[Path]:
-    """Average the last `last` checkpoints of `run_dir` into a loadable model folder at `output_dir` (config,
-    generation config and tokenizer from the newest checkpoint), for `vanilla-transformer <command>`. Returns the
-    averaged checkpoint folders.
-
-    Refused before anything is loaded (`outputs`): an `output_dir` that is, contains or lies inside a checkpoint or
-    the run's tokenizer, or is or contains the run folder; a non-empty `output_dir` that is not a model folder a
-    command wrote (unless `overwrite`); checkpoints of different runs or tokenizers (`check_one_run`). The folder is
-    written beside its destination and moved into place only when complete."""
+    """Average the last `last` checkpoints of `run_dir` (§6.1) into a model folder at `output_dir` with the newest
+    one's config and tokenizer, written whole; returns the averaged folders. An `output_dir` among the run's inputs,
+    a non-empty folder no command of ours wrote (unless `overwrite`) and checkpoints of other runs are refused."""
     checkpoints = list_checkpoints(run_dir)
     if last < 1:
         raise ModelFolderError(f"last={last}: average at least one checkpoint.")

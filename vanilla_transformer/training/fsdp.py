@@ -17,6 +17,8 @@ from accelerate import Accelerator
 from accelerate.utils import parse_flag_from_env
 
 from ..errors import SettingsError
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +33,10 @@ def tied_modules(model: torch.nn.Module) -> list[list[torch.nn.Module]]:
 
 
 def shard_tied_embeddings(accelerator: Accelerator, model: torch.nn.Module) -> None:
-    """Under FSDP2, wrap every group of modules that share a parameter (`tied_modules`) in one FSDP group of its own,
-    with the mesh and policies accelerate gives its own groups, before `accelerator.prepare`; the optimizer must be
-    built afterwards (or by `prepare`, as the Trainer does). Nothing happens without FSDP2.
-
-    It also turns off accelerate's `cpu_ram_efficient_loading` (on by default in `accelerate launch`): that path
-    moves the model to the meta device and reloads it from a `model.state_dict()` taken first, which would now hold a
-    sharded tensor. There is nothing to load: every process built the model from its config with the same seed."""
+    """Under FSDP2, wrap each group of modules that share a parameter in one FSDP group, with accelerate's mesh and
+    policies, before `accelerator.prepare` (the optimizer comes after). It turns off accelerate's
+    `cpu_ram_efficient_loading`, which would reload a state dict now holding a sharded tensor; every process built the
+    same model from its config and seed, so there is nothing to load."""
     if not getattr(accelerator, "is_fsdp2", False):
         return
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -60,36 +59,35 @@ def shard_tied_embeddings(accelerator: Accelerator, model: torch.nn.Module) -> N
 
 
 def fsdp_requested() -> bool:
-    """Whether the process was launched with FSDP (`accelerate launch --use_fsdp`, or an accelerate config that
-    uses it): the environment accelerate's launcher sets, read whether or not accelerate then uses FSDP."""
+    """Whether accelerate's launcher asked for FSDP, whether or not accelerate then uses it."""
     return parse_flag_from_env("ACCELERATE_USE_FSDP")
 
 
-def check_fsdp_request(model: torch.nn.Module, trainer: bool) -> None:
-    """Refuse, before a process group exists, what an FSDP launch asks that cannot work, on any machine (accelerate
-    drops FSDP without a GPU, so these would pass there unseen and fail on the GPUs): a layer class to wrap that the
-    model does not have (`model` may be on the meta device), and for `train` a state dict type other than
-    FULL_STATE_DICT (`check_trainer_fsdp`)."""
+def fsdp_problems(config: VanillaTransformerConfig, trainer: bool) -> list[str]:
+    """What an FSDP launch asks that cannot work, found on any machine (accelerate drops FSDP without a GPU): a layer
+    class to wrap that the model lacks, and for `train` a sharded state dict."""
     if not fsdp_requested():
-        return
+        return []
+    found = []
     names = [name.strip() for name in os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "").split(",") if name.strip()]
-    classes = {type(module).__name__ for module in model.modules()}
+    with torch.device("meta"):  # its classes only: no memory, no time
+        classes = {type(module).__name__ for module in VanillaTransformerForConditionalGeneration(config).modules()}
     unknown = [name for name in names if name not in classes]
     if unknown:
         layers = sorted(name for name in classes if name.endswith("Layer"))
-        raise SettingsError(
+        found.append(
             f"--fsdp_transformer_layer_cls_to_wrap names {', '.join(unknown)}, which the model does not have: give "
             f"its layer classes, {','.join(layers)}."
         )
     version = os.environ.get("FSDP_VERSION", "1")
     state_dict_type = os.environ.get("FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT" if version == "1" else "SHARDED")
     if trainer and "FULL" not in state_dict_type.upper():
-        raise SettingsError(_sharded_trainer_message(state_dict_type))
+        found.append(_sharded_trainer_message(state_dict_type))
+    return found
 
 
 def warn_if_fsdp_dropped(accelerator: Accelerator) -> None:
-    """Say so where an FSDP launch trains without FSDP: accelerate turns it on only on accelerator devices, and on a
-    machine without one trains every process with the whole model (DDP), without a word."""
+    """Say so where an FSDP launch trains with DDP, as accelerate does without a GPU, without a word."""
     if fsdp_requested() and getattr(accelerator.state, "fsdp_plugin", None) is None:
         logger.warning(
             "launched with FSDP, but accelerate uses FSDP only on GPUs (and other accelerators): this run trains "
@@ -108,10 +106,8 @@ def _sharded_trainer_message(state_dict_type: str) -> str:
 
 
 def check_trainer_fsdp(accelerator: Accelerator) -> None:
-    """Refuse, before training, an FSDP state dict type that leaves the Trainer's checkpoints without
-    `model.safetensors`, which resuming (`checkpoints.last_complete_checkpoint`) and averaging into `final/` read: with
-    SHARDED_STATE_DICT (FSDP2's default) the Trainer writes the weights as a distributed checkpoint only, so a resumed
-    run would start over and the run would stop at its end with no checkpoint to average."""
+    """Refuse, before training, a state dict type that leaves the Trainer's checkpoints without `model.safetensors`
+    (SHARDED_STATE_DICT, FSDP2's default), which resuming and averaging read."""
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
         raise SettingsError(_sharded_trainer_message(str(plugin.state_dict_type)))

@@ -1,10 +1,7 @@
 """The paper's training recipe (§5) as a plain `accelerate` loop, in the style of transformers'
-`examples/pytorch/translation/run_translation_no_trainer.py`: the same data, tokenizer, model, token batches (§5.1),
-Adam and schedule (§5.3) and label smoothing (§5.4) as `training.train`, with every step written out.
-
-One process, `torchrun`/`accelerate launch` over N processes (DDP), FSDP and mixed precision all run this one loop;
-`accelerate` decides which from its launcher or config. An update is the same under all of them: the gradient of the
-summed smoothed cross-entropy of every micro-batch on every process, divided by the target tokens of all of them, so
+`run_translation_no_trainer.py`: the data, model, token batches (§5.1), Adam and schedule (§5.3) and label smoothing
+(§5.4) of `training.train`, with every step written out. One process, DDP, FSDP and mixed precision all run this one
+loop; an update divides the summed loss of every micro-batch on every process by the target tokens of all of them, so
 N processes with batches of b pairs give exactly the update of one process with batches of N·b.
 """
 
@@ -35,12 +32,7 @@ from ..files.outputs import (
 )
 from ..inference.scoring import IGNORED_LABEL_ID, score_translations
 from ..model.modeling_vanilla_transformer import own_class
-from .checkpoints import (
-    STAGING_PREFIX,
-    checkpoint_step,
-    list_checkpoints,
-    remove_stale_staging,
-)
+from .checkpoints import STAGING_PREFIX, checkpoint_step, list_checkpoints, remove_stale_staging
 from .fsdp import shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import label_smoothed_loss, paper_adam, paper_schedule, peak_learning_rate
 from .run import PreparedRun, prepare_run, run_lock, start_run
@@ -53,8 +45,7 @@ FINAL_STAGING = "final-model"
 
 @dataclass
 class NoTrainerRun:
-    """What a run of `train_no_trainer` did: the loss and gradient norm of every update (global, over all processes
-    and micro-batches), the last evaluation and where the model went."""
+    """What a run of `train_no_trainer` did: every update's loss and gradient norm, the evaluations, the model."""
 
     output_dir: Path
     final_dir: Path
@@ -72,13 +63,8 @@ def evaluate_translations(
     tokenizer: PreTrainedTokenizerBase,
     num_beams: int = 1,
 ) -> tuple[list[str], list[str]]:
-    """Translate a prepared (sharded) evaluation loader on every process and return `(hypotheses, references)` of the
-    whole set, in dataset order, on every process.
-
-    Each process decodes its own batches with `unwrap_model(model).generate` (the paper's decoding from the
-    generation config unless `num_beams` overrides it). `accelerate` pads the last batches so that every process has
-    as many as the others; `gather_for_metrics` drops those repeated examples again, so each example is counted once.
-    """
+    """`(hypotheses, references)` of the whole set of a prepared (sharded) loader, in dataset order, on every process:
+    each decodes its own batches, and `gather_for_metrics` drops the examples accelerate repeated to even them out."""
     unwrapped = accelerator.unwrap_model(model)
     was_training = unwrapped.training
     unwrapped.eval()
@@ -101,8 +87,8 @@ def evaluate_translations(
 
 
 def save_model_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
-    """What `save_pretrained` writes besides the weights: the two code files with an `auto_map` (so the folder also
-    loads with `trust_remote_code=True` without this package), config, generation config, and the tokenizer."""
+    """What `save_pretrained` writes besides the weights (the code files with an `auto_map`, config, generation
+    config), and the tokenizer."""
     if model._auto_class is not None:
         model.add_remote_auto_map()
         with own_class(model):  # not FSDP2's class of the same name, whose code is torch's
@@ -120,13 +106,9 @@ def save_checkpoint(
     keep: int,
     stream: StreamingTokenBatches | None = None,
 ) -> None:
-    """`accelerator.save_state` (weights as `model.safetensors`, optimizer, schedule, random states) plus config,
-    generation config and tokenizer, so that a checkpoint also loads with `from_pretrained` and averages with
-    `checkpoints.average_checkpoints` (§6.1) like the Trainer's. Only the newest `keep` checkpoints are kept.
-
-    Every process writes into `tmp-checkpoint-N` (`checkpoints.STAGING_PREFIX`), which becomes `checkpoint-N` only
-    when complete, so a run killed while saving leaves no half-written checkpoint to resume from. A streamed run's
-    processes each add their position in the stream (`stream_state_name`), where a resume continues exactly."""
+    """`accelerator.save_state` plus config, generation config and tokenizer, so that a checkpoint also loads with
+    `from_pretrained` and averages (§6.1) like the Trainer's; the newest `keep` are kept. It is written into
+    `tmp-checkpoint-N` and renamed when complete; a stream's processes each add their position in it."""
     staging = folder.with_name(STAGING_PREFIX + folder.name)
     if accelerator.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)  # a leftover of a run killed while saving this step
@@ -156,10 +138,8 @@ def stream_state_name(accelerator: Accelerator) -> str:
 def save_final_model(
     accelerator: Accelerator, model: torch.nn.Module, tokenizer, folder: Path, command: str = "train-no-trainer"
 ) -> None:
-    """The model's `save_pretrained` (config, generation config, the code files and weights, the tied matrix once)
-    of the weights `accelerator.get_state_dict` gathers from every process (FSDP's shards), and the tokenizer: a
-    folder for `from_pretrained`. It is written under a hidden name beside `folder` and replaces it whole
-    (`outputs.publish_staged_folder`) only when complete."""
+    """`save_pretrained` of the weights gathered from every process (FSDP's shards), and the tokenizer, written
+    under a hidden name beside `folder` and replacing it whole only when complete."""
     # one name every process knows (save_model gathers from all of them), not a random one
     staging = folder.with_name(f".{folder.name}-{FINAL_STAGING}{STAGED_SUFFIX}")
     if accelerator.is_main_process:
@@ -184,8 +164,7 @@ def save_final_model(
 
 
 def write_log(accelerator: Accelerator, output: Path, run: NoTrainerRun) -> None:
-    """`output/train_log.json` (main process): every update's loss and gradient norm, the evaluations, the last
-    validation translations; written under another name and renamed, so a kill never leaves half a log."""
+    """`output/train_log.json` (main process): losses, gradient norms, evaluations and the last translations."""
     if accelerator.is_main_process:
         log = {
             "losses": run.losses,
@@ -228,8 +207,7 @@ def validate(
 def training_batches(
     settings: TrainingSettings, prepared: PreparedRun, collator: Seq2SeqCollator, accelerator: Accelerator
 ) -> tuple[DataLoader, StreamingTokenBatches | None]:
-    """The training loader (not yet prepared by accelerate) and, for a streamed run, its stream: token-budget
-    batches of the prepared sampler, batches of `per_device_batch_size` pairs, or a stream's batches."""
+    """The training loader (not yet prepared by accelerate) and a streamed run's stream."""
     if settings.streaming:
         # every process reads the stream and takes its own batches of each buffer (not accelerate's sharding)
         preset = settings.preset
@@ -260,8 +238,7 @@ def training_batches(
 def resume(
     accelerator: Accelerator, settings: TrainingSettings, run: NoTrainerRun, stream: StreamingTokenBatches | None
 ) -> int:
-    """Restore the newest `checkpoint-N` of the run (weights, optimizer, schedule, random states, the stream's
-    position) and the log up to it; the number of updates done (0 for a new run)."""
+    """Restore the newest `checkpoint-N` and the log up to it; the number of updates done (0 for a new run)."""
     output = settings.output_dir
     checkpoints = list_checkpoints(output) if settings.resume and output.is_dir() else []
     if not checkpoints:
@@ -280,15 +257,10 @@ def resume(
 
 
 def train_no_trainer(settings: TrainingSettings) -> NoTrainerRun:
-    """Train `settings.preset` into `settings.output_dir` with a hand-written `accelerate` loop; resume from the
-    newest `checkpoint-N` there when `settings.resume`. Launch it once per process (`accelerate launch`, `torchrun`).
-
-    Batches are token budgets of `preset.max_tokens` padded tokens per process (§5.1), `per_device_batch_size` pairs,
-    or a stream's; gradient accumulation reaches about `preset.tokens_per_update` tokens per update counted over all
-    processes unless `gradient_accumulation_steps` is given. Validation (greedy unless `eval_beams`) runs every
-    `preset.eval_steps` updates and at the end; checkpoints every `preset.save_steps` (the newest
-    `preset.average_last` are kept); the final weights go to `output_dir/final`, the log to `train_log.json`.
-    Checkpoints, `final/` and the log are written under other names and renamed when complete.
+    """Train `settings.preset` into `settings.output_dir` with a hand-written `accelerate` loop, resuming from the
+    newest `checkpoint-N` when `settings.resume`; launch it once per process. Validation runs every
+    `preset.eval_steps` updates and at the end, checkpoints every `preset.save_steps`; the final weights go to
+    `output_dir/final`, the log to `train_log.json`.
     """
     start_run(settings, trainer=False)
     preset, output = settings.preset, settings.output_dir
@@ -344,9 +316,8 @@ def train_no_trainer(settings: TrainingSettings) -> NoTrainerRun:
 def train_updates(
     accelerator: Accelerator, settings: TrainingSettings, parts: LoopParts, run: NoTrainerRun, updates: int
 ) -> None:
-    """Train from update `updates` (a resume skips the batches of its epoch the checkpoint has seen) to
-    `preset.max_steps`: each update the summed smoothed loss of `accumulation` micro-batches per process, divided by
-    the target tokens of all of them (fairseq's scheme), clipped if asked; log, validate and save at their steps."""
+    """Train from update `updates` to `preset.max_steps`: each update the summed smoothed loss of the micro-batches
+    of all processes divided by their target tokens (fairseq's scheme), clipped if asked; log, validate and save."""
     preset, model, accumulation = settings.preset, parts.model, parts.prepared.accumulation
     streaming = parts.stream is not None
     # the last update of an epoch takes the batches left over, however few

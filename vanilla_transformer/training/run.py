@@ -14,7 +14,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
 from ..data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
-from ..data.corpora import corpus_location, load_corpus
+from ..data.corpora import load_corpus
 from ..data.tokenization import (
     load_tokenizer,
     save_tokenizer,
@@ -25,11 +25,11 @@ from ..data.tokenization import (
 )
 from ..data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
 from ..errors import OutputError, SettingsError
-from ..files.outputs import check_not_an_input, check_output_folder, hold_lock, staged_folder
+from ..files.outputs import hold_lock, staged_folder
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import average_checkpoints, check_checkpoint_pickles, last_complete_checkpoint, list_checkpoints
-from .fsdp import check_fsdp_request, check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
+from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
 from .settings import TrainingSettings, check_record, check_tokenized, write_record
@@ -49,10 +49,9 @@ class TrainingRun:
 
 
 def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset | None) -> PreTrainedTokenizerBase:
-    """The run's tokenizer, kept in `output_dir/tokenizer` so that a resumed run keeps its vocabulary: the one there,
-    else a copy of `settings.tokenizer_path`, else the joint BPE learned from both sides of the training corpus, or
-    of a seeded sample of `settings.tokenizer_sample_pairs` pairs when the corpus has more (`tokenizer_sample`). A
-    `tokenizer_path` other than the run's own tokenizer is refused."""
+    """The run's tokenizer in `output_dir/tokenizer`, where a resume finds it: the one there (another
+    `tokenizer_path` is refused), else a copy of `tokenizer_path`, else the joint BPE learned from both sides of the
+    corpus or of a seeded sample of `tokenizer_sample_pairs` pairs."""
     folder, given = settings.output_dir / "tokenizer", settings.tokenizer_path
     if (folder / "tokenizer.json").is_file():
         tokenizer = load_tokenizer(folder)
@@ -79,27 +78,10 @@ def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset | None) ->
     return tokenizer
 
 
-def check_run_folder(settings: TrainingSettings) -> None:
-    """Refuse, before anything is read, an `output_dir` that is, holds or lies inside the corpus files, and a
-    non-empty folder that is not a run of ours unless `settings.overwrite`: a run resumes in its own folder, and
-    starts in a new or empty one. A run's marker is its `preset.json` (`settings.check_record` writes it first), its
-    `tokenizer/tokenizer.json` (a run copied or recorded without its preset), or a `training-run` marker
-    (`outputs.check_output_folder`). A file is left to `TrainingSettings.check`."""
-    output = settings.output_dir
-    check_not_an_input(output, [("the corpus", corpus_location(settings.preset.corpus))])
-    if output.exists() and not output.is_dir():
-        return
-    recognised = ("preset.json", "tokenizer/tokenizer.json")
-    overwrite = settings.overwrite
-    if check_output_folder(output, "training-run", overwrite, recognised_by=recognised, overwrite_does="train there"):
-        logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", output)
-
-
 @contextmanager
 def run_lock(state: PartialState, output_dir: Path) -> Iterator[None]:
-    """Hold the run folder's lock (`outputs.hold_lock`) while the block runs: the main process takes it, and every
-    process of the run learns whether it could, so that a second run started into the same folder stops on all its
-    processes, in one line, before it writes anything, instead of racing the first for its checkpoints."""
+    """Hold the run folder's lock while the block runs: the main process takes it and tells every process whether
+    it could, so that a second run into the same folder stops on all of them before it writes anything."""
     with ExitStack() as lock:
         refusal = None
         if state.is_main_process:
@@ -133,14 +115,10 @@ class RunData:
 
 
 def prepare_run_data(state: PartialState, settings: TrainingSettings) -> RunData:
-    """The tokenizer (`build_tokenizer`, from the whole training corpus) and the tokenized pairs (the first
-    `train_samples`/`eval_samples` if given), the main process first: it fills the `datasets` cache, saves the
-    tokenizer and writes the tokenized corpora into their cache (`tokenized_cache_root`) before the others open the
-    same files. A streamed run's training pairs are left to the loop (`train_set` and `train_report` are None).
-
-    Unlike `state.main_process_first()`, an error in the main process's turn (a split the corpus lacks, an unreadable
-    file) still lets the others past the barrier, where they meet the same error themselves, instead of leaving them
-    waiting for a peer that is gone until the process group times out."""
+    """The tokenizer and the tokenized pairs (the first `train_samples`/`eval_samples` if given), the main process
+    first, so that it fills the caches before the others open them; a streamed run's training pairs are the loop's.
+    Unlike `state.main_process_first()`, an error in the main process's turn still lets the others past the barrier
+    to meet it themselves, instead of waiting for a peer that is gone until the process group times out."""
     preset, languages = settings.preset, (settings.source_lang, settings.target_lang)
     if not state.is_main_process:
         state.wait_for_everyone()
@@ -167,9 +145,8 @@ def prepare_run_data(state: PartialState, settings: TrainingSettings) -> RunData
 
 
 def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    """The preset's architecture (`TrainingPreset.model_config`) with the tokenizer's vocabulary size and
-    special-token ids, and the tokenizer's fingerprint (`tokenizer_fingerprint`), which every folder saved from the
-    model records in config.json so that loading it beside another tokenizer is refused."""
+    """The preset's model with the tokenizer's vocabulary, special tokens and fingerprint (recorded in config.json,
+    so that loading the model beside another tokenizer is refused)."""
     config = preset.model_config(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -193,15 +170,10 @@ class PreparedRun:
 
 
 def prepare_run(state: PartialState, settings: TrainingSettings, *, trainer: bool) -> PreparedRun:
-    """The run's setup, on every process and under the run's lock (`run_lock`), for both training paths, in the
-    order the data flows: the record of what it trains with (`check_record`, checked again now that no other run
-    can start in the folder), the tokenizer and tokenized pairs (`prepare_run_data`), the settings the data refuses
-    (`check_tokenized`; a stream's pairs are checked as they are read), the model, the pickles of the checkpoint a
-    resume loads (`check_checkpoint_pickles`: the Trainer's newest complete one with `trainer`, else the accelerate
-    loop's newest), the record written by the main process, and its batches: token
-    budgets of `preset.max_tokens` (the sampler, built once here), `per_device_batch_size` pairs, or a stream, with
-    `gradient_accumulation_steps` or else the accumulation that reaches `preset.tokens_per_update` counted over all
-    processes."""
+    """The run's setup for both training paths, on every process under the run's lock, in the order the data flows:
+    the record checked, the tokenized data and what it refuses, the pickles of the checkpoint a resume loads, the
+    record written, the model, and the batches (token budgets, pairs or a stream) with the accumulation that reaches
+    `preset.tokens_per_update` over all processes unless `gradient_accumulation_steps` is given."""
     preset, output = settings.preset, settings.output_dir
     # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
     # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
@@ -211,7 +183,6 @@ def prepare_run(state: PartialState, settings: TrainingSettings, *, trainer: boo
     state.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
     if not settings.streaming:
         check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
-    model = build_model(preset, data.tokenizer)
     if settings.resume and output.is_dir():
         # the loop's checkpoints hold no trainer_state.json: last_complete_checkpoint would skip each with a warning
         newest = last_complete_checkpoint(output) if trainer else next(reversed(list_checkpoints(output)), None)
@@ -219,6 +190,7 @@ def prepare_run(state: PartialState, settings: TrainingSettings, *, trainer: boo
             check_checkpoint_pickles(newest)
     if state.is_main_process and not new_run:
         write_record(settings)
+    model = build_model(preset, data.tokenizer)
     sampler = None
     if settings.streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
         tokens_per_batch, pairs = preset.max_tokens, "a stream of pairs"
@@ -243,14 +215,9 @@ def prepare_run(state: PartialState, settings: TrainingSettings, *, trainer: boo
 
 
 def start_run(settings: TrainingSettings, *, trainer: bool) -> None:
-    """What both training paths do before the process group exists, so that every process refuses the same
-    settings and none waits for another: check the settings (`TrainingSettings.check`) and what an FSDP launch asks
-    (`fsdp.check_fsdp_request`), then the folder (a run of ours resumes, anything else needs `overwrite`), then set
-    the thread count and the seed."""
+    """What both training paths do before the process group exists, so that every process refuses the same way:
+    check the settings (an FSDP request's and the folder's too), then set the thread count and the seed."""
     settings.check(trainer=trainer)
-    with torch.device("meta"):  # its classes only: no memory, no time
-        check_fsdp_request(VanillaTransformerForConditionalGeneration(settings.preset.model_config()), trainer)
-    check_run_folder(settings)
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -258,16 +225,11 @@ def start_run(settings: TrainingSettings, *, trainer: bool) -> None:
 
 
 def train(settings: TrainingSettings) -> TrainingRun:
-    """Train `settings.preset` into `settings.output_dir` on `Seq2SeqTrainer` (checkpoints, TensorBoard logs under
-    `runs/`, `tokenizer/`), resuming from its newest checkpoint when `settings.resume`; average the last
-    `preset.average_last` checkpoints into `output_dir/final`, marked as written by `vanilla-transformer <command>`.
-    Settings that cannot finish, and a folder that holds a run trained with other settings, are refused before the
-    corpus is loaded or, for those that depend on the data, right after it is tokenized (`settings`).
+    """Train `settings.preset` into `settings.output_dir` on `Seq2SeqTrainer`, resuming from its newest checkpoint
+    when `settings.resume`, and average the last `preset.average_last` checkpoints into `output_dir/final` (§6.1).
 
     Under N processes (`accelerate launch`, `torchrun`) every process runs this function; the loss is divided by the
-    target tokens of all of them, and accumulation reaches `preset.tokens_per_update` counted over all of them. The
-    corpus is tokenized once into the tokenized-corpus cache (`data.tokenized`) and memory-mapped: a resume, or a new
-    run with the same corpus and tokenizer, opens it instead.
+    target tokens of all of them, and accumulation counts the tokens of all of them.
     """
     start_run(settings, trainer=True)
     preset, output = settings.preset, settings.output_dir
@@ -313,8 +275,7 @@ def train(settings: TrainingSettings) -> TrainingRun:
 
 
 def trainer_arguments(settings: TrainingSettings, prepared: PreparedRun) -> Seq2SeqTrainingArguments:
-    """The `Seq2SeqTrainingArguments` of the paper's recipe (§5.3 Adam, no weight decay, no clipping unless asked)
-    for `settings`, with the accumulation `prepare_run` sized."""
+    """The `Seq2SeqTrainingArguments` of the paper's recipe (§5.3 Adam, no weight decay, no clipping unless asked)."""
     preset = settings.preset
     return Seq2SeqTrainingArguments(
         output_dir=str(settings.output_dir),

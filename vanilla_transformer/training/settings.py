@@ -1,22 +1,17 @@
 """The run object: every setting of a training run in one frozen dataclass (`TrainingSettings`), built once from a
-preset and the options (by the command line's flags or by a caller of the Python API), checked once (`check`), written
-once as the run's record (`preset.json`), and passed whole to `prepare_run`, `train` and the accelerate loop.
+preset and the options (flags or Python API), checked once (`check`), written once as the run's record
+(`preset.json`), and passed whole to `prepare_run`, `train` and the accelerate loop.
 
-It is checked before the process group exists or the corpus is read, so that a setting that dooms a run from its
-start (averaging more checkpoints than the run writes, a learning rate of zero) costs no training: each number by the
-rule its flag applies (`ranges.TRAINING_RANGES`), then what only the settings together tell, then the run folder's
-record (a folder holding a run trained with other settings is resumed with its own settings or not at all). What
-depends on the data is checked right after tokenizing (`check_tokenized`). Every process of a distributed run checks
-the same settings before any collective call, so all raise the same `SettingsError` and none is left waiting. Each
-error lists every problem in the words of the command line (`--average-last 3`), with a fix.
-
-Only what cannot work is refused. `--eval-steps` or `--save-steps` past `--max-steps` still validate, and the Trainer
-still saves, once, at the last update; `--tokens-per-update` below one batch makes updates of one batch;
-`--warmup-steps` past `--max-steps` ends the run on the rising part of the §5.3 schedule.
+It is checked on every process before the process group exists or the corpus is read, so that a doomed setting costs
+no training and no process waits for another; what depends on the data is checked right after tokenizing
+(`check_tokenized`). Each error lists every problem in the command line's words (`--average-last 3`), with a fix.
+Only what cannot work is refused: `--save-steps` past `--max-steps` still saves once at the end, and `--warmup-steps`
+past it ends the run on the rising part of the §5.3 schedule.
 """
 
 import argparse
 import json
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, fields, replace
@@ -26,7 +21,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from ..data.batching import DEFAULT_BUFFER_PAIRS, dataset_lengths, longest_pair_problem
-from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, local_corpus
+from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_location, local_corpus
 from ..data.corpora import corpus_sha256 as content_digest
 from ..data.multi30k import holds_multi30k
 from ..data.streaming import aligned_text_files
@@ -34,15 +29,18 @@ from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
 from ..errors import DataError, SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
+from ..files.outputs import check_not_an_input, check_output_folder
 from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
+from .fsdp import fsdp_problems
 from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
 from .ranges import TRAINING_RANGES
 
-# corpora with more pairs than this learn their BPE from a seeded sample of this many (`run.tokenizer_sample`): WMT14
-# En-De's 4.5M pairs would hold ~9M sentences in the BPE trainer's word counts, for merges that a million pairs fix
+logger = logging.getLogger(__name__)
+
+# corpora with more pairs learn their BPE from a seeded sample of this many: WMT14's 4.5M pairs would hold ~9M
+# sentences in the BPE trainer's word counts, for merges that a million pairs fix
 TOKENIZER_SAMPLE_PAIRS = 1_000_000
-# the settings besides the preset that change a run's weights: recorded in preset.json under "run", and a resume
-# must match them
+# the settings besides the preset that change a run's weights: recorded under "run", and a resume must match them
 RECORDED = (
     "source_lang",
     "target_lang",
@@ -59,11 +57,9 @@ RECORDED = (
 OPTIONS = tuple(name for name in RECORDED if name not in ("precision", "corpus_sha256"))
 # the options only the accelerate loop (`train-no-trainer`) has
 LOOP_ONLY = ("gradient_accumulation_steps", "train_samples", "streaming")
-# The fields a resumed run may change: how long it runs and what it keeps, not what its updates so far did (the §5.3
-# rate depends on the step alone, so a longer run continues the same curve).
+# what a resume may change: how long it runs and what it keeps (the §5.3 rate depends on the step alone)
 RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
-# The fields the tokenizer depends on: all a folder fixes while it holds a tokenizer but no checkpoint yet (a run
-# refused right after tokenizing, or stopped before its first save), since its next start trains from scratch.
+# what a folder holding a tokenizer but no checkpoint yet fixes: its next start trains from scratch
 TOKENIZER_FIELDS = ("corpus", "dataset_config", "vocab_size", "lowercase")
 PRECISIONS = {"no": "fp32", "fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
@@ -75,10 +71,9 @@ def flag(name: str, value: object) -> str:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """Everything a training run trains with: the preset (model, data, batches, schedule, checkpoints) and the
-    options of the run. `source_lang`/`target_lang` left out are the corpus's (`corpus_languages`); `mixed_precision`
-    left out is accelerate's choice (its launcher or config) in the loop and float32 in the Trainer; the options of
-    `LOOP_ONLY` are the accelerate loop's (`train_no_trainer`) and refused by `train`."""
+    """Everything a training run trains with: the preset and the run's options. Languages left out are the
+    corpus's; `mixed_precision` left out is accelerate's choice in the loop, float32 in the Trainer; `LOOP_ONLY`
+    options are refused by `train`."""
 
     preset: TrainingPreset
     output_dir: Path
@@ -113,12 +108,9 @@ class TrainingSettings:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, command: str) -> "TrainingSettings":
-        """The settings the flags of `train` or `train-no-trainer` give (`cli.arguments.add_training_arguments`).
-
-        Resuming a run that recorded its settings (`--output-dir` holds a preset.json, and no `--preset` is given),
-        a flag left out keeps the value the run recorded, not the preset's default: `train --output-dir RUN` alone
-        continues the run as it was started, and `--max-steps 9000` beside it trains it longer. A flag given that
-        the run cannot take is refused by `check_record`, naming it."""
+        """The settings the flags of `train` or `train-no-trainer` give. Resuming a recorded run (no `--preset`), a
+        flag left out keeps the recorded value: `train --output-dir RUN` continues the run as started, and
+        `--max-steps 9000` beside it trains it longer; a flag the run cannot take is refused by `check_record`."""
         if args.tokenizer is not None and args.vocab_size is not None:
             raise UsageError(
                 f"--vocab-size {args.vocab_size} sizes the BPE a run learns, but --tokenizer {args.tokenizer} brings "
@@ -141,13 +133,12 @@ class TrainingSettings:
 
     @cached_property
     def corpus_sha256(self) -> str | None:
-        """A local corpus's content digest (`data.corpora.corpus_sha256`): read when the run is recorded, not when
-        the settings are built (a WMT-sized file is gigabytes, and preparing data alone needs no digest)."""
+        """A local corpus's content digest, read when the run is recorded (a WMT-sized file is gigabytes)."""
         return content_digest(self.preset.corpus)
 
     @property
     def precision(self) -> str:
-        """ "fp32", "bf16" or "fp16", as the record names it: the given precision, else accelerate's launcher's."""
+        """ "fp32", "bf16" or "fp16": the given precision, else accelerate's launcher's."""
         return PRECISIONS[self.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"]
 
     def run_record(self) -> dict:
@@ -158,7 +149,7 @@ class TrainingSettings:
 
     def record(self) -> dict:
         """What `preset.json` holds: the preset's fields (a local corpus as its absolute path, so that a resume from
-        another directory cannot take another file for it) and, under `"run"`, `run_record`."""
+        another directory cannot take another file for it) and `run_record` under `"run"`."""
         record = json.loads(json.dumps(self.preset.as_dict()))  # as preset.json holds it: lists, not tuples
         local = local_corpus(self.preset.corpus)
         if local is not None:
@@ -166,13 +157,12 @@ class TrainingSettings:
         return record | {"run": self.run_record()}
 
     def check(self, *, trainer: bool) -> None:
-        """Raise a `SettingsError` for every setting that cannot finish as asked (`problems`); `trainer`: for
-        `train`, which averages its last `preset.average_last` checkpoints at the end and so must write or find
-        that many. A folder that holds another run is refused where the record is written (`check_record`, under the
-        run's lock)."""
+        """Raise a `SettingsError` for every setting that cannot finish as asked; `trainer` (`train`) must also
+        write or find the `preset.average_last` checkpoints it averages."""
         _raise(problems(self, trainer))
         if trainer:
             _raise(checkpoint_problems(self))
+        check_run_folder(self)
 
 
 def recorded_options(run: dict) -> dict:
@@ -207,9 +197,9 @@ def fp16_available() -> bool:
 
 
 def problems(settings: TrainingSettings, trainer: bool) -> list[str]:
-    """What no run can finish: each number out of its range, loop options given to the Trainer, fp16 without a
-    device for it, more beams than tokens, a model that cannot be built, an output that is a file, and what
-    `--streaming` cannot do; needs neither the corpus nor a process group."""
+    """What no run can finish, known without the corpus: numbers out of range, loop options given to the Trainer,
+    fp16 without a device, more beams than tokens, a model that cannot be built, an output that is a file, and what
+    `--streaming` cannot do."""
     preset, found = settings.preset, []
     if settings.precision == "fp16" and not fp16_available():
         # transformers' Trainer and accelerate both train in float32 then, without a word
@@ -243,7 +233,7 @@ def problems(settings: TrainingSettings, trainer: bool) -> list[str]:
             f"{preset.vocab_size}."
         )
     if "dropout" not in out_of_range:  # an invalid dropout would fail the model's config as well: one message is enough
-        found += _model_problems(preset)
+        found += _model_problems(preset, trainer)
     if settings.output_dir.exists() and not settings.output_dir.is_dir():
         found.append(
             f"--output-dir {settings.output_dir} is a file, not a folder: give a new folder, or the run's own."
@@ -253,8 +243,9 @@ def problems(settings: TrainingSettings, trainer: bool) -> list[str]:
     return found
 
 
-def _model_problems(preset: TrainingPreset) -> list[str]:
-    """The preset's model: buildable at all, and with positions for the pairs `max_length` keeps."""
+def _model_problems(preset: TrainingPreset, trainer: bool) -> list[str]:
+    """The preset's model: buildable at all, with positions for the pairs `max_length` keeps, and what an FSDP launch
+    asks of it (`fsdp.fsdp_problems`)."""
     try:
         config = preset.model_config(vocab_size=max(preset.vocab_size, MIN_VOCAB_SIZE))
     except CONFIG_ERRORS as error:
@@ -271,14 +262,12 @@ def _model_problems(preset: TrainingPreset) -> list[str]:
             f"preset's model_overrides); give --max-length {config.max_position_embeddings} or less, or raise "
             f"max_position_embeddings."
         ]
-    return []
+    return fsdp_problems(config, trainer)
 
 
 def _streaming_problems(settings: TrainingSettings) -> list[str]:
-    """What `--streaming` cannot do: learn a BPE (it never holds the corpus), batches of pairs, or a first-N
-    selection (it reads the corpus as it trains, in token-budget batches); corpora that are no stream: the built-in
-    one (made in memory) and a TSV file (split by its own rule, read whole); and a folder whose training files are
-    not line-aligned (`streaming.aligned_text_files`)."""
+    """What `--streaming` cannot do: learn a BPE, batches of pairs, a first-N selection, the built-in corpus or a
+    TSV file, and a folder whose training files are not line-aligned."""
     found, corpus = [], settings.preset.corpus
     if corpus == BUILTIN:
         found.append("--streaming reads files or a datasets name; the built-in corpus is made in memory: leave it out.")
@@ -307,9 +296,8 @@ def _streaming_problems(settings: TrainingSettings) -> list[str]:
 def trainer_checkpoint_steps(
     max_steps: int, save_steps: int, existing: Iterable[int] = (), resume_step: int = 0
 ) -> list[int]:
-    """The steps of the checkpoints a `Seq2SeqTrainer` run leaves in its folder before rotation: those already there
-    (`existing`), every multiple of `save_steps` after `resume_step` up to `max_steps`, and `max_steps` itself, which
-    transformers' `DefaultFlowCallback` saves whatever `save_steps` says."""
+    """The steps of the checkpoints a `Seq2SeqTrainer` run leaves before rotation: `existing`, every multiple of
+    `save_steps` after `resume_step`, and `max_steps` itself, which transformers' `DefaultFlowCallback` saves."""
     steps = set(existing)
     if max_steps > resume_step:
         steps.update(range((resume_step // save_steps + 1) * save_steps, max_steps + 1, save_steps))
@@ -318,9 +306,8 @@ def trainer_checkpoint_steps(
 
 
 def checkpoint_problems(settings: TrainingSettings) -> list[str]:
-    """Whether a Trainer run ends with the `average_last` checkpoints it averages: those it writes, plus those of the
-    run it resumes (`save_total_limit` = `average_last` keeps the newest that many, and never fewer). The counts
-    involved are at least 1 (checked first)."""
+    """Whether a Trainer run ends with the `average_last` checkpoints it averages, its own plus those of the run it
+    resumes (the counts were checked to be at least 1)."""
     output, preset = settings.output_dir, settings.preset
     resumes = settings.resume and output.is_dir()
     existing = [checkpoint_step(path) for path in list_checkpoints(output)] if resumes else []
@@ -352,11 +339,24 @@ def checkpoint_problems(settings: TrainingSettings) -> list[str]:
     ]
 
 
+def check_run_folder(settings: TrainingSettings) -> None:
+    """Refuse, before anything is read, an `output_dir` that is, holds or lies inside the corpus, and a non-empty
+    folder that is not a run of ours (its `preset.json`, `tokenizer/` or `training-run` marker) unless `overwrite`."""
+    output = settings.output_dir
+    check_not_an_input(output, [("the corpus", corpus_location(settings.preset.corpus))])
+    if output.exists() and not output.is_dir():
+        return
+    recognised = ("preset.json", "tokenizer/tokenizer.json")
+    overwrite = settings.overwrite
+    if check_output_folder(output, "training-run", overwrite, recognised_by=recognised, overwrite_does="train there"):
+        logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", output)
+
+
 def check_tokenized(
     settings: TrainingSettings, train_set: Dataset, train_report: FilterReport, valid_report: FilterReport
 ) -> None:
-    """Raise a `SettingsError` when the tokenized data leaves nothing to train or validate on, or (token batches of
-    at most `preset.max_tokens` padded tokens) holds a pair that fits no batch."""
+    """Raise a `SettingsError` when the tokenized data leaves nothing to train or validate on, or holds a pair that
+    fits no token batch."""
     preset, found = settings.preset, []
     for name, report in (("training", train_report), ("validation", valid_report)):
         if report.kept:
@@ -400,9 +400,8 @@ def same_setting(name: str, value: object, other: object) -> bool:
 
 
 def _changed_corpus(saved: dict, new: dict) -> str | None:
-    """How the corpus of a new start differs from the one a run recorded, or None when it is the same: by content
-    digest where both have one (the same file under another name is the same corpus, an edited file is not), else
-    by name (`same_setting`)."""
+    """How a new start's corpus differs from the recorded one, or None: by content digest where both have one, else
+    by name."""
     digests = saved.get("run", {}).get("corpus_sha256"), new.get("run", {}).get("corpus_sha256")
     if None not in digests:
         if digests[0] == digests[1]:
@@ -417,22 +416,16 @@ def _changed_corpus(saved: dict, new: dict) -> str | None:
 
 
 def read_run_preset(path: str | Path) -> dict:
-    """A run's `preset.json` as it holds it (lists, not tuples). A field added to `TrainingPreset` since the run was
-    recorded reads as its default, which the run had."""
+    """A run's `preset.json` (lists, not tuples); a field added to `TrainingPreset` since reads as its default."""
     defaults = {field.name: field.default for field in fields(TrainingPreset) if field.default is not MISSING}
     return json.loads(json.dumps(defaults)) | json.loads(Path(path).read_text())
 
 
 def check_record(settings: TrainingSettings, write: bool = False) -> None:
-    """Refuse to continue a run in `output_dir` with other settings than it recorded, then (`write`) write
-    `settings.record()` to `output_dir/preset.json`, the record of what the run there trains with (`write_record`).
-
-    A folder that already holds a run (checkpoints, or its tokenizer) is continued only with the settings that run
-    recorded, `RESUMABLE_FIELDS` aside (before its first checkpoint, only `TOKENIZER_FIELDS` and the corpus's content
-    count), and never restarted: either would leave checkpoints of two runs side by side, averaged together at the
-    end, and a `preset.json` that describes neither. A `SettingsError` names each field that differs, as it does a
-    `max_steps` below the newest checkpoint's step. A record written before run settings were recorded is checked on
-    the preset alone."""
+    """Refuse to continue a run in `output_dir` with other settings than it recorded, then (`write`) write the
+    record. A folder holding a run is continued only with its settings (`RESUMABLE_FIELDS` aside; before its first
+    checkpoint only `TOKENIZER_FIELDS` and the corpus's content count) and never restarted: either would average
+    checkpoints of two runs together. The error names each field that differs."""
     output, preset = settings.output_dir, settings.preset
     record = output / "preset.json"
     new = settings.record()

@@ -29,19 +29,14 @@ logger = logging.getLogger(__name__)
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with token-budget batches for training, the §5.3 schedule, and crash-safe checkpoints.
 
-    `max_tokens` bounds the padded source+target tokens of a batch (`None`: the Trainer's batches of
-    `args.per_device_train_batch_size` pairs); `batch_sampler`, when given, is the `TokenBudgetBatchSampler` of
-    `train_dataset` with `max_tokens` and `batching_seed`, built by the caller (else built here, once); `warmup_steps`
-    parameterizes the schedule, whose peak is `args.learning_rate`.
+    `max_tokens` bounds the padded source+target tokens of a batch (`None`: batches of
+    `args.per_device_train_batch_size` pairs); `batch_sampler` is the `TokenBudgetBatchSampler` the caller built (else
+    built here, once); `warmup_steps` parameterizes the schedule, whose peak is `args.learning_rate`.
+    `trainer.push_to_hub(dataset=...)` after training (`hub_strategy="end"`) uploads a complete repo with the
+    project's model card and without the pickled `training_args.bin`.
 
-    With `push_to_hub=True` and `hub_strategy="end"`, `trainer.push_to_hub(dataset=...)` after training uploads a
-    complete repo: weights, config with `auto_map`, the two code files, tokenizer, and the project's model card
-    (`templates/model_card.md`, with the last evaluation's scores), without the pickled `training_args.bin`.
-
-    A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed to `checkpoint-N`, so a
-    run killed while saving (out of memory, pre-emption, Ctrl-C) never leaves a half-written `checkpoint-N` for the
-    next run to resume from; `train(resume_from_checkpoint=True)` takes the newest complete checkpoint and removes
-    interrupted `tmp-checkpoint-*` folders. Resuming from a checkpoint that has reached `args.max_steps` loads it and
+    A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed, so a killed run never
+    leaves a half-written `checkpoint-N` to resume from. Resuming from a checkpoint that has reached `args.max_steps`
     trains nothing, where transformers' loop would take one step more.
     """
 
@@ -225,10 +220,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         dataset: str | list[str] | None = None,
         dataset_args: str | list[str] | None = None,
     ) -> None:
-        """Write the card `push_to_hub` uploads: `templates/model_card.md` with YAML metadata (license, languages,
-        dataset, `model-index` from the last evaluation) instead of transformers' generic draft. `dataset` names the
-        training data (`trainer.push_to_hub(dataset="multi30k")`); `language` is the (source, target) pair,
-        `["en", "de"]` by default."""
+        """Write the project's card (`templates/model_card.md`, `model-index` from the last evaluation) instead of
+        transformers' draft; `dataset` names the training data, `language` the (source, target) pair."""
         if not self.is_world_process_zero():
             return
 
