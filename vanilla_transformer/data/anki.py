@@ -1,14 +1,12 @@
-"""Sentence pairs in the tab-separated format manythings.org publishes Tatoeba's sentences in for Anki (about 80
-language pairs: `cmn.txt`, `deu.txt`, ...): one pair per line, English, the other language, and the attribution that
-the CC-BY licence asks to keep with the data. And a split of such a file that a reader can reproduce from the file
-alone, in which no sentence lies on two sides.
+"""Sentence pairs in the tab-separated format manythings.org publishes Tatoeba's sentences in for Anki (`cmn.txt`,
+`deu.txt`, ...): English, the other language, and the attribution the CC-BY licence asks to keep with the data. And a
+split of such a file, reproducible from the file alone, in which no sentence lies on two sides.
 
 Tatoeba gives many sentences several translations (29,155 English-Mandarin pairs hold 27,663 distinct English
-sentences): split by pair, a test sentence would be trained on with another translation. So pairs that share an
-English sentence or a translation are joined into groups (connected components), each group goes to one split, and
-groups are ordered by the SHA-256 of their first English sentence in sorted order: the first groups make `test`
-until it holds `SPLIT_PAIRS["test"]` pairs, the next `valid`, the rest `train`. Neither the file's line order nor
-anything but its text decides the split.
+sentences), so a split by pair would train on test sentences. Pairs that share an English sentence or a translation
+are joined into groups (connected components), each group goes to one split, ordered by the SHA-256 of its smallest
+English sentence: the first groups make `test` until it holds `SPLIT_PAIRS["test"]` pairs, the next `valid`, the rest
+`train`.
 """
 
 import hashlib
@@ -26,8 +24,8 @@ ATTRIBUTION = "attribution"
 
 
 def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
-    """The (English, other language, attribution) triples of an Anki TSV file; a line with another number of tab
-    fields, or an empty sentence, raises an error naming the line. Empty lines (the file ends with one) are skipped."""
+    """The (English, other language, attribution) triples of an Anki TSV file, skipping empty lines; a malformed line
+    raises an error naming it."""
     triples = []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
@@ -79,9 +77,8 @@ def split_indices(triples: list[tuple[str, str, str]], sizes: dict[str, int] = S
 
 
 def load_anki(path: str | Path, split: str, source_lang: str = "en", target_lang: str = "zh") -> Dataset:
-    """One split of an Anki TSV file as a `translation` dataset (`{source_lang: ..., target_lang: ...}`) with the
-    pairs' `attribution` column kept for the card's data statement. One of the two languages must be English (the
-    file's first column); the other names the second column, so `zh→en` reads the same file the other way."""
+    """One split of an Anki TSV file as a `translation` dataset with an `attribution` column for the card's data
+    statement. One language must be English (the first column); the other names the second, in either direction."""
     if split not in SPLITS:
         raise DataError(f"an Anki TSV file is split into {', '.join(SPLITS)}, not {split!r}.")
     if "en" not in (source_lang, target_lang) or source_lang == target_lang:

@@ -15,12 +15,10 @@ from transformers import DataCollatorForSeq2Seq
 from ..errors import DataError
 from ..model.generation_vanilla_transformer import check_token_ids
 
-# Pairs per buffer of a stream (`streaming.StreamingTokenBatches`). Batches are cut from one buffer's pairs, so a small
-# buffer pads more: on a WMT-like length distribution (lognormal, ~25 tokens a side) batches of 8192 tokens (the
-# presets' budget) are 7.6% padding with 100k pairs, 4.0% with 250k, 1.4% with 1M and 0.8% when all 2M pairs are sorted
-# at once (25%, 16%, 6.6% and 4% at 50000 tokens). The price of 1M: ~270 bytes a pair of 25 words a side (16-bit ids,
-# bounds, the sort), ~270 MB per process, and the first batch after a start or a resume waits for 1M pairs to be
-# tokenized (~6 minutes at the 2900 pairs/s measured on 2 cores; pass a smaller buffer_pairs for short runs).
+# Pairs per buffer of a stream (`streaming.StreamingTokenBatches`), whose batches are cut from one buffer, so a small
+# buffer pads more: on a WMT-like length distribution, batches of 8192 tokens are 7.6% padding with 100k pairs, 4.0%
+# with 250k, 1.4% with 1M and 0.8% with all 2M sorted at once. The price of 1M: ~270 MB per process, and the first
+# batch after a start or resume waits ~6 minutes for 1M pairs to be tokenized on 2 cores (smaller for short runs).
 DEFAULT_BUFFER_PAIRS = 1_000_000
 
 # the columns `data.tokenized` writes beside the token ids
@@ -43,10 +41,8 @@ def length_sorted_batches(
     source_lengths: np.ndarray, target_lengths: np.ndarray, max_tokens: int, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """`(order, bounds)`: the pair indices sorted by source then target length, ties broken at random from `seed`,
-    and the positions in `order` where batches begin and end (batch `b` is `order[bounds[b]:bounds[b + 1]]`).
-
-    Batches are cut greedily so that each one's *padded* size, `len(batch)·(max(source) + max(target))`, stays within
-    `max_tokens`; a pair longer than `max_tokens` raises an error."""
+    and batch `b` as `order[bounds[b]:bounds[b + 1]]`, cut greedily so that each one's *padded* size,
+    `len(batch)·(max(source) + max(target))`, stays within `max_tokens`; a longer pair raises an error."""
     # 32-bit lengths and indices: a sampler over WMT14's 4.5M pairs holds ~80 MB at its peak, not ~350
     source_lengths = np.asarray(source_lengths, dtype=np.int32)
     target_lengths = np.asarray(target_lengths, dtype=np.int32)
@@ -76,29 +72,21 @@ def length_sorted_batches(
 
 
 def dataset_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
-    """The source and target lengths of a tokenized dataset: its `source_length`/`target_length` columns
-    (`data.tokenized`), else the lengths of its `input_ids` and `labels` lists, read from the Arrow table without
-    turning a row into Python objects."""
+    """The source and target lengths of a tokenized dataset (its length columns, else its `input_ids` and `labels`
+    lists), read from the Arrow table without turning a row into Python objects."""
     has_lengths = {SOURCE_LENGTH, TARGET_LENGTH} <= set(dataset.column_names)
     names = [SOURCE_LENGTH, TARGET_LENGTH] if has_lengths else ["input_ids", "labels"]
     # through an indices mapping (a `select`), only these two columns are taken, not the token ids beside them
     table = (
         dataset.select_columns(names).with_format("arrow")[:] if dataset._indices is not None else dataset.data.table
     )
-    if has_lengths:
-        columns = table.column(SOURCE_LENGTH), table.column(TARGET_LENGTH)
-    else:
-        columns = pc.list_value_length(table.column("input_ids")), pc.list_value_length(table.column("labels"))
+    columns = [table.column(name) if has_lengths else pc.list_value_length(table.column(name)) for name in names]
     return tuple(np.asarray(column.to_numpy(), dtype=np.int32) for column in columns)
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
-    """Batches of dataset indices whose *padded* size, `batch_size·max(source lengths) + batch_size·max(target
-    lengths)`, stays within `max_tokens` (`length_sorted_batches`).
-
-    The batches are shuffled once per epoch with `seed + epoch`: the order depends only on `(seed, epoch)`, which
-    makes resuming mid-epoch reproduce the uninterrupted run.
-    """
+    """Batches of dataset indices whose padded size stays within `max_tokens` (`length_sorted_batches`), shuffled
+    each epoch with `seed + epoch`, so that resuming mid-epoch reproduces the uninterrupted run."""
 
     def __init__(
         self,
@@ -158,10 +146,8 @@ def accumulation_steps(tokens_per_update: int | None, tokens_per_batch: float) -
 
 @dataclass
 class Seq2SeqCollator(DataCollatorForSeq2Seq):
-    """transformers' `DataCollatorForSeq2Seq` (padding, labels padded with `label_pad_token_id`, decoder inputs from
-    `model`, which is required here) that also refuses token ids outside the model's vocabularies: once per batch,
-    on the host where the batch is built, since the model's forward does not check them (a check there would make a
-    GPU wait in every step)."""
+    """transformers' `DataCollatorForSeq2Seq` (with `model` required) that also refuses token ids outside the model's
+    vocabularies, on the host, since a check in the model's forward would make a GPU wait in every step."""
 
     def __call__(self, features: list[dict], return_tensors: str | None = None) -> dict:
         batch = super().__call__(features, return_tensors)

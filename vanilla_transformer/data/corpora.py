@@ -1,10 +1,5 @@
 """Parallel corpora as `datasets.Dataset`s with one `translation` column (`{"en": ..., "de": ...}`), the layout of
-transformers' translation examples and of `wmt14` on the Hub.
-
-Five sources: Multi30k by name (`multi30k.py` downloads it once), line-aligned text files `{split}.{lang}` (the layout
-of Multi30k), a tab-separated Anki/Tatoeba file of English and one other language (`anki.py`), any `datasets`
-dataset by name or local folder, and the built-in English→German grammar corpus (`grammar.py`), the offline default.
-"""
+transformers' translation examples and of `wmt14` on the Hub (the sources: `load_corpus`)."""
 
 import hashlib
 import json
@@ -15,6 +10,7 @@ from functools import lru_cache
 from itertools import islice
 from pathlib import Path
 
+import datasets
 import pyarrow as pa
 from datasets import Dataset, NamedSplit, get_dataset_split_names, load_dataset
 
@@ -24,7 +20,7 @@ from .anki import load_anki
 from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, multi30k_dir
 from .staging import partial_path, remove_killed_partials
-from .text import count_lines, decode_line, file_sha256
+from .text import check_text_file, count_lines, file_sha256, iter_lines
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +38,15 @@ BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800
 def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_lang: str) -> Dataset:
     """`{data_dir}/{split}.{source_lang}` and `{split}.{target_lang}`, line N of one translating line N of the other.
 
-    The pairs are written once into an Arrow file in the `datasets` cache (`vanilla_transformer/text/`), a batch of
-    `TEXT_BATCH_LINES` at a time, and memory-mapped: a file of millions of lines costs no more memory than a small
-    one. The file is named for the two files' content (`corpus_sha256`), so an edited file is read again, and written
-    under a hidden name first, so a killed read is never taken for a complete one."""
+    The pairs are written once, `TEXT_BATCH_LINES` at a time, into an Arrow file in the `datasets` cache and
+    memory-mapped, so millions of lines cost no more memory than a few. The file is named for the two files' content,
+    so an edited file is read again."""
     paths = [Path(data_dir) / f"{split}.{lang}" for lang in (source_lang, target_lang)]
     for path in paths:
-        _check_text_file(path)
+        check_text_file(path)
     key = [TEXT_FORMAT, source_lang, target_lang, *(corpus_sha256(str(path)) for path in paths)]
-    arrow = text_cache_root() / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}.arrow"
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
+    arrow = Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer" / "text" / f"{digest}.arrow"
     if not arrow.is_file():  # an Arrow file of these contents was line-aligned when written: count only here
         counts = [count_lines(path) for path in paths]
         if counts[0] != counts[1]:
@@ -62,45 +58,25 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
     return Dataset.from_file(str(arrow), split=NamedSplit(split))
 
 
-def text_cache_root() -> Path:
-    """Where `load_text_files` keeps text files as Arrow: `vanilla_transformer/text/` in the `datasets` cache."""
-    import datasets
-
-    return Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer" / "text"
-
-
 def _write_pairs_arrow(paths: list[Path], languages: tuple[str, str], arrow: Path) -> None:
-    """The pairs of two line-aligned files as one `translation` struct column in an Arrow stream file."""
+    """The pairs of two line-aligned files as one `translation` struct column in an Arrow stream file, written under
+    a hidden name first so that a killed conversion is never taken for a complete one."""
     schema = pa.schema([("translation", pa.struct([(lang, pa.string()) for lang in languages]))])
     arrow.parent.mkdir(parents=True, exist_ok=True)
     remove_killed_partials(arrow.parent)  # what a killed conversion left: a whole corpus's text, at WMT's size
     staging = partial_path(arrow)
     try:
         with paths[0].open("rb") as sources, paths[1].open("rb") as targets, pa.OSFile(str(staging), "wb") as sink:
+            pairs = zip(iter_lines(sources, str(paths[0])), iter_lines(targets, str(paths[1])), strict=True)
             with pa.ipc.new_stream(sink, schema) as writer:
-                number = 0
-                while True:
-                    batch = ([], [])
-                    for source, target in zip(islice(sources, TEXT_BATCH_LINES), targets, strict=False):
-                        number += 1
-                        batch[0].append(decode_line(source, str(paths[0]), number))
-                        batch[1].append(decode_line(target, str(paths[1]), number))
-                    if not batch[0]:
-                        break
-                    sides = [pa.array(lines, pa.string()) for lines in batch]
+                while batch := list(islice(pairs, TEXT_BATCH_LINES)):
+                    sides = [pa.array(lines, pa.string()) for lines in zip(*batch, strict=True)]
                     writer.write_batch(
                         pa.record_batch([pa.StructArray.from_arrays(sides, names=languages)], schema=schema)
                     )
         os.replace(staging, arrow)
     finally:
         staging.unlink(missing_ok=True)
-
-
-def _check_text_file(path: Path) -> None:
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
 
 
 def load_builtin(split: str, seed: int = 0) -> Dataset:
@@ -121,15 +97,11 @@ def load_corpus(
     translation_column: str = "translation",
     data_files: str | list[str] | dict | None = None,
 ) -> Dataset:
-    """One split of a parallel corpus from `"builtin"`; `"multi30k"` (the official files, `multi30k.multi30k_dir`:
-    downloaded once, or the folder `$VANILLA_TRANSFORMER_MULTI30K`; a folder of that name is `./multi30k`); a folder
-    of `{split}.{lang}` files; an Anki/Tatoeba TSV file (`anki.load_anki`: its own train/valid/test split, with an
-    `attribution` column); or a `datasets` name or local dataset folder (e.g. `"wmt14"` with
-    `dataset_config="de-en"`, or `"bentrevett/multi30k"`, whose columns are the languages; or a builder such as
-    `"json"` with `data_files`).
-
-    The split is looked up among those the corpus has: a validation split is found by any of `VALIDATION_NAMES`
-    (`"valid"` loads a dataset's `validation`), and a split it lacks raises an error listing the ones it has."""
+    """One split of a parallel corpus: `"builtin"` (the grammar corpus, the offline default); `"multi30k"` (the
+    official files, `multi30k.multi30k_dir`; a folder of that name is `./multi30k`); a folder of `{split}.{lang}`
+    files; an Anki/Tatoeba TSV file (`anki.load_anki`); or a `datasets` name or local dataset folder (e.g. `"wmt14"`
+    with `dataset_config="de-en"`, `"bentrevett/multi30k"` whose columns are the languages, or `"json"` with
+    `data_files`). The split is found by `find_split`."""
     if source == BUILTIN:
         if (source_lang, target_lang) != ("en", "de"):
             raise DataError(f"the built-in corpus is en→de, not {source_lang}→{target_lang}.")
@@ -157,8 +129,13 @@ def load_corpus(
             lambda row: {"translation": {source_lang: row[source_lang], target_lang: row[target_lang]}},
             remove_columns=dataset.column_names,
         )
-    raise DataError(
-        f"{source} has columns {dataset.column_names}: neither a {translation_column!r} column nor one column per "
+    raise columns_error(source, dataset.column_names, translation_column, source_lang, target_lang)
+
+
+def columns_error(name: str, columns: list[str], translation_column: str, source_lang: str, target_lang: str):
+    """The error for a `datasets` corpus with neither a translation column nor one column per language."""
+    return DataError(
+        f"{name} has columns {columns}: neither a {translation_column!r} column nor one column per "
         f"language ({source_lang!r}, {target_lang!r}); pass --translation-column."
     )
 
@@ -180,9 +157,8 @@ def check_tsv_file(path: str | Path) -> None:
 
 
 def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | None) -> tuple[str, str]:
-    """The source and target language of a run on `corpus`: those given; for a TSV file (English and one other
-    language, which its columns do not name) both must be given, or read from a file name such as `en-zh.tsv`;
-    any other corpus defaults to en→de. A TSV file without them raises, naming the flags."""
+    """The source and target language of a run on `corpus`: those given; for a TSV file, whose columns name no
+    language, both given or read from a file name such as `en-zh.tsv`; else en→de by default."""
     if source_lang and target_lang:
         return source_lang, target_lang
     path = Path(corpus).expanduser()
@@ -209,33 +185,34 @@ def local_corpus(corpus: str) -> Path | None:
 
 
 def corpus_sha256(corpus: str) -> str | None:
-    """A SHA-256 of a local corpus's content: of the file itself (what `sha256sum` prints, and a release's card
-    records for it), or for a folder of the name and content of each file directly in it (`{split}.{lang}`); None
-    for corpora known by name (`local_corpus`). Two names for the same data (a relative and an absolute path, a moved
-    copy) give the same digest; an edited file gives another."""
+    """A SHA-256 of a local corpus's content: of the file itself (what `sha256sum` prints), or of the name and
+    content of each file directly in a folder; None for corpora known by name (`local_corpus`). Any name for the same
+    data gives the same digest; an edited file gives another."""
     path = local_corpus(corpus)
     if path is None:
         return None
     if path.is_file():
-        stat = path.stat()
-        return _file_sha256(path, stat.st_size, stat.st_mtime_ns)
+        return _file_sha256(path)
     digest = hashlib.sha256()
     for file in sorted(p for p in path.iterdir() if p.is_file()):
-        stat = file.stat()
-        digest.update(f"{file.name}\0{_file_sha256(file, stat.st_size, stat.st_mtime_ns)}\0".encode())
+        digest.update(f"{file.name}\0{_file_sha256(file)}\0".encode())
     return digest.hexdigest()
 
 
+def _file_sha256(path: Path) -> str:
+    stat = path.stat()
+    return _cached_sha256(path, stat.st_size, stat.st_mtime_ns)
+
+
 @lru_cache(maxsize=256)
-def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
-    """A file's SHA-256, read once per process for each (size, mtime): the settings checks and the record of a run
-    both ask for the corpus's digest."""
+def _cached_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    """Read once per process for each (size, mtime): the settings checks and the record of a run both ask."""
     return file_sha256(path)
 
 
 def find_split(split: str, available: list[str], source: str) -> str:
-    """`split` if the corpus `source` has it, else the validation split it has when `split` is one of
-    `VALIDATION_NAMES`; an error listing `available` otherwise."""
+    """`split` if the corpus `source` has it, else its validation split when `split` is one of `VALIDATION_NAMES`
+    (`"valid"` finds a dataset's `validation`); an error listing `available` otherwise."""
     if split in available:
         return split
     if split in VALIDATION_NAMES:
@@ -252,9 +229,8 @@ def sides(dataset: Dataset, source_lang: str, target_lang: str) -> tuple[list[st
 
 
 def corpus_location(corpus: str) -> str | None:
-    """Where the files of a corpus name (`--corpus`, a preset's `corpus`) lie on this machine, as an input to keep
-    outputs out of: its folder or file, or the Multi30k folder named by $VANILLA_TRANSFORMER_MULTI30K; None for the
-    built-in corpus and `datasets` names."""
+    """Where a corpus name's files lie on this machine, as an input to keep outputs out of: its folder or file, or
+    the folder named by $VANILLA_TRANSFORMER_MULTI30K; None for the built-in corpus and `datasets` names."""
     if corpus == MULTI30K:
         return os.environ.get(MULTI30K_ENV)
     return corpus if Path(corpus).expanduser().exists() else None

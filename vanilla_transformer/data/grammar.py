@@ -1,23 +1,13 @@
-"""A deterministic English→German parallel corpus generated from a small bilingual grammar.
+"""A deterministic English→German parallel corpus generated from a small bilingual grammar: present-tense main
+clauses, `subject [and subject] + verb + direct object [+ preposition + noun phrase]`, where a noun phrase is a
+determiner, an optional adjective and a noun, e.g. "The small dog sees a red ball in the garden." → "Der kleine Hund
+sieht einen roten Ball im Garten."
 
-Every sentence is a present-tense main clause
-
-    subject [and subject] + verb + direct object [+ preposition + noun phrase]
-
-where a noun phrase is a determiner ("the", "a", "two", "three"), an optional adjective and a noun, e.g.
-"The small dog sees a red ball in the garden." → "Der kleine Hund sieht einen roten Ball im Garten."
-
-The German side is grammatical: articles follow the noun's gender (der/die/das) and case (nominative subject,
-accusative object, dative after in/auf/unter/neben/an/mit, accusative after für/ohne); the verb agrees in number
-with the subject (sieht/sehen, plural also for two subjects joined by "und"); adjectives take weak endings after
-the definite article, mixed endings after ein/eine/einen, strong endings after an article-less plural
-("zwei kleine Hunde"); dative plural nouns add -n ("mit den Hunden"); and "in dem"/"an dem" contract to "im"/"am".
-German keeps the English subject-verb-object order, which is correct for these main clauses, so a small model can
-learn the task in minutes: a closed vocabulary (33 nouns, 12 adjectives, 13 verbs, 8 prepositions) with
-regular, compositional agreement.
-
-Sentences are drawn with `random.Random(seed)` from lexicons kept in a fixed order, so `grammar_pairs(n, seed)`
-returns the same pairs on every machine and Python version.
+The German side is grammatical (articles by gender and case, verb agreement, weak/mixed/strong adjective endings,
+dative plural -n, im/am) and keeps the English word order, which is correct for these clauses: with a closed
+vocabulary and regular agreement a small model learns the task in minutes. Sentences are drawn with
+`random.Random(seed)` from lexicons in a fixed order, so `grammar_pairs(n, seed)` is the same on every machine and
+Python version.
 """
 
 from __future__ import annotations
@@ -60,7 +50,6 @@ class Verb:
     """A transitive verb in the third person singular and plural, with the kinds of noun it takes."""
 
     english_singular: str
-    english_plural: str
     german_singular: str
     german_plural: str
     subject_kinds: tuple[str, ...]
@@ -133,21 +122,22 @@ ADJECTIVES = {
     "white": ("weiß", (ANIMAL, *INANIMATE)),
 }
 
-# Keyed by the English base form. Several German verbs change their stem in the singular (sieht/sehen, isst/essen).
+# Keyed by the English base form, which is the plural. Several German verbs change their stem in the singular
+# (sieht/sehen, isst/essen).
 VERBS = {
-    "see": Verb("sees", "see", "sieht", "sehen", ANIMATE, ANIMATE + INANIMATE),
-    "like": Verb("likes", "like", "mag", "mögen", ANIMATE, ANIMATE + INANIMATE),
-    "find": Verb("finds", "find", "findet", "finden", ANIMATE, (PERSON, ANIMAL, THING, TEXT, FOOD)),
-    "have": Verb("has", "have", "hat", "haben", ANIMATE, (ANIMAL, THING, TEXT, FOOD)),
-    "eat": Verb("eats", "eat", "isst", "essen", ANIMATE, (FOOD,)),
-    "catch": Verb("catches", "catch", "fängt", "fangen", ANIMATE, (ANIMAL, THING)),
-    "bring": Verb("brings", "bring", "bringt", "bringen", ANIMATE, (THING, TEXT, FOOD)),
-    "carry": Verb("carries", "carry", "trägt", "tragen", (PERSON,), (ANIMAL, THING, TEXT, FOOD)),
-    "hold": Verb("holds", "hold", "hält", "halten", (PERSON,), (ANIMAL, THING, TEXT, FOOD)),
-    "read": Verb("reads", "read", "liest", "lesen", (PERSON,), (TEXT,)),
-    "buy": Verb("buys", "buy", "kauft", "kaufen", (PERSON,), (ANIMAL, THING, TEXT, FOOD, FURNITURE)),
-    "wash": Verb("washes", "wash", "wäscht", "waschen", (PERSON,), (PERSON, ANIMAL, THING, FURNITURE)),
-    "visit": Verb("visits", "visit", "besucht", "besuchen", (PERSON,), (PERSON, PLACE)),
+    "see": Verb("sees", "sieht", "sehen", ANIMATE, ANIMATE + INANIMATE),
+    "like": Verb("likes", "mag", "mögen", ANIMATE, ANIMATE + INANIMATE),
+    "find": Verb("finds", "findet", "finden", ANIMATE, (PERSON, ANIMAL, THING, TEXT, FOOD)),
+    "have": Verb("has", "hat", "haben", ANIMATE, (ANIMAL, THING, TEXT, FOOD)),
+    "eat": Verb("eats", "isst", "essen", ANIMATE, (FOOD,)),
+    "catch": Verb("catches", "fängt", "fangen", ANIMATE, (ANIMAL, THING)),
+    "bring": Verb("brings", "bringt", "bringen", ANIMATE, (THING, TEXT, FOOD)),
+    "carry": Verb("carries", "trägt", "tragen", (PERSON,), (ANIMAL, THING, TEXT, FOOD)),
+    "hold": Verb("holds", "hält", "halten", (PERSON,), (ANIMAL, THING, TEXT, FOOD)),
+    "read": Verb("reads", "liest", "lesen", (PERSON,), (TEXT,)),
+    "buy": Verb("buys", "kauft", "kaufen", (PERSON,), (ANIMAL, THING, TEXT, FOOD, FURNITURE)),
+    "wash": Verb("washes", "wäscht", "waschen", (PERSON,), (PERSON, ANIMAL, THING, FURNITURE)),
+    "visit": Verb("visits", "besucht", "besuchen", (PERSON,), (PERSON, PLACE)),
 }
 
 _ANIMATE_NOUNS = tuple(name for name, noun in NOUNS.items() if noun.kind in ANIMATE)
@@ -199,9 +189,7 @@ STRONG_PLURAL_ENDINGS = {NOMINATIVE: "e", ACCUSATIVE: "e", DATIVE: "en"}
 @dataclass(frozen=True)
 class NounPhrase:
     """Determiner, optional adjective and noun, named by their English words: `NounPhrase("dog", "a", "small")`.
-
-    `plural` selects "the dogs" over "the dog"; "two" and "three" are always plural and "a" never is.
-    """
+    `plural` selects "the dogs" over "the dog"; "two" and "three" are always plural and "a" never is."""
 
     noun: str
     determiner: str = "the"
@@ -291,7 +279,7 @@ def render(sentence: Sentence) -> tuple[str, str]:
         german += _german_noun_phrase(subject, NOMINATIVE)
     verb = VERBS[sentence.verb]
     plural_subject = len(sentence.subjects) > 1 or sentence.subjects[0].is_plural
-    english.append(verb.english_plural if plural_subject else verb.english_singular)
+    english.append(sentence.verb if plural_subject else verb.english_singular)
     german.append(verb.german_plural if plural_subject else verb.german_singular)
     english += _english_noun_phrase(sentence.direct_object)
     german += _german_noun_phrase(sentence.direct_object, ACCUSATIVE)
@@ -351,10 +339,8 @@ def _sample_sentence(rng: random.Random) -> Sentence:
 
 
 def grammar_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
-    """`num_pairs` (English, German) sentence pairs with distinct English sides, the same for the same arguments.
-
-    Raises `ValueError` if `num_pairs` is negative or above `MAX_PAIRS`.
-    """
+    """`num_pairs` (English, German) sentence pairs with distinct English sides, the same for the same arguments;
+    at most `MAX_PAIRS`."""
     if not 0 <= num_pairs <= MAX_PAIRS:
         raise DataError(f"Cannot generate {num_pairs} grammar pairs: the number must be between 0 and {MAX_PAIRS}")
     rng = random.Random(seed)

@@ -12,9 +12,8 @@ for researchers and educators who wish to use the dataset for non-commercial res
 that Multi30k is partly derived from Flickr30k (images subject to Flickr's Terms of Use), and asks users to cite
 Elliott et al. 2016 (and 2017 for the 2017 test sets).
 
-Split names, ours (the usual ones of the Multi30k literature) → the origin's: `train` → `train`, `valid` → `val`,
-`test2016` → `test_2016_flickr` (the usual "Multi30k test"), `test2017` → `test_2017_flickr`, `test2018` →
-`test_2018_flickr`, `mscoco2017` → `test_2017_mscoco`. Czech has no 2017 test sets.
+Our split names, the usual ones of the Multi30k literature (`test2016` is the usual "Multi30k test"), map to the
+origin's in `SPLITS`. Czech has no 2017 test sets.
 """
 
 import gzip
@@ -30,6 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DataError, Multi30kUnavailable
+from .staging import partial_path
 from .text import file_sha256
 
 logger = logging.getLogger(__name__)
@@ -139,17 +139,14 @@ def multi30k_dir(
     """The folder of Multi30k files for `languages`: `data_dir` when given, else the folder named by
     `$VANILLA_TRANSFORMER_MULTI30K`, else the download cache (`cache_dir()`).
 
-    A given folder is the user's own data and is only checked to hold `{split}.{lang}` files of each language, not
-    against the pinned sums: it may rightly hold other versions (WMT16's val.de, which differs in 61 lines, a
-    re-tokenized `tok/`, a subset, another corpus in this layout); `holds_multi30k` tells whether it holds the
-    official files, and what a run records is compared with it.
+    A given folder is the user's own data, only checked to hold `{split}.{lang}` files of each language: it may
+    rightly hold other versions (WMT16's val.de differs in 61 lines, a re-tokenized `tok/`, a subset);
+    `holds_multi30k` tells whether it holds the official files.
 
-    The cache is filled on first use from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else
-    `OFFICIAL_URL`); files arrive in a temporary folder inside the cache and move into place only once every one has
-    its pinned size and sha256, so a failed download leaves nothing behind. Before each use every cached file is
-    checked again (`_check_cache`): its size always, its sha256 whenever its size or mtime changed since it was last
-    hashed. A file missing or damaged is downloaded again; `download=False`, or the official URL while
-    `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE` is set, raises `Multi30kUnavailable` instead of going online.
+    The cache is filled from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else `OFFICIAL_URL`), all files
+    checked before any moves into place, and checked again before each use (`_check_cache`); a file missing or
+    damaged is downloaded again. `download=False`, or the official URL while `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE`
+    is set, raises `Multi30kUnavailable` instead of going online.
     """
     languages = tuple(languages)
     given, origin = (data_dir, "data_dir") if data_dir is not None else (os.environ.get(MULTI30K_ENV), MULTI30K_ENV)
@@ -174,12 +171,12 @@ def multi30k_dir(
         return folder
     base_url = (base_url or os.environ.get(URL_ENV) or OFFICIAL_URL).rstrip("/")
     offline = next((name for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE") if _is_set(name)), None)
+    damages = "; ".join(f"{local_name(path)} has {problem}" for path, problem in damaged.items())
     if not download or (offline and base_url == OFFICIAL_URL):
         reason = "download=False" if not download else f"{offline} is set, so nothing is downloaded"
         if damaged:
             raise Multi30kUnavailable(
-                f"Multi30k's cache {folder} holds damaged files ({reason}): "
-                + "; ".join(f"{local_name(path)} has {problem}" for path, problem in damaged.items())
+                f"Multi30k's cache {folder} holds damaged files ({reason}): {damages}"
                 + (f"; {len(missing)} more missing" if missing else "")
                 + f". Re-run where {base_url} can be reached, which downloads them again (`vanilla-transformer "
                 f"download-multi30k`), or delete them and copy good ones in by hand, or set {MULTI30K_ENV} to a "
@@ -190,10 +187,7 @@ def multi30k_dir(
             + _how_to(folder, base_url)
         )
     if damaged:  # a cache: the damaged copy is replaced, but never without a word
-        logger.warning(
-            f"downloading damaged Multi30k files in {folder} again: "
-            + "; ".join(f"{local_name(path)} has {problem}" for path, problem in damaged.items())
-        )
+        logger.warning(f"downloading damaged Multi30k files in {folder} again: {damages}")
     _download([*missing, *damaged], folder, base_url)
     return folder
 
@@ -215,8 +209,7 @@ def local_name(path: str) -> str:
 
 
 def holds_multi30k(folder: str | Path, names: Iterable[str] = ("train.en", "train.de", "valid.en", "valid.de")) -> bool:
-    """Whether `folder` holds these Multi30k files byte for byte (their size and sha256 in `GUNZIPPED`): by default
-    the ones training reads, so that a run recorded with a folder path trained on what the name `"multi30k"` loads."""
+    """Whether `folder` holds these Multi30k files byte for byte (`GUNZIPPED`): by default the ones training reads."""
     folder = Path(folder)
     return all(
         (folder / name).is_file()
@@ -227,8 +220,8 @@ def holds_multi30k(folder: str | Path, names: Iterable[str] = ("train.en", "trai
 
 
 def pinned(path: str) -> tuple[int, str]:
-    """The size and sha256 of a file of `SERVED` as a Multi30k folder stores it (`local_name(path)`): a raw file
-    gunzipped (`GUNZIPPED`), a `tok/` file as served."""
+    """The size and sha256 of a file of `SERVED` as a Multi30k folder stores it: a raw file gunzipped, a `tok/` file
+    as served."""
     return GUNZIPPED[local_name(path)] if path.endswith(".gz") else SERVED[path]
 
 
@@ -252,12 +245,9 @@ def _how_to(folder: Path, base_url: str) -> str:
 
 
 def _check_cache(folder: Path, paths: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Which of `paths` the cache `folder` lacks, and which it holds damaged, with what is wrong.
-
-    Each file must have its pinned size (`pinned`), checked on every call (a stat), and its pinned sha256, hashed
-    again only when the file's size or mtime differ from those it had when it last passed (`RECORD`): a file emptied,
-    cut short or edited in place is caught, and an unchanged cache costs a stat per file, not a read of its 10 MB.
-    """
+    """Which of `paths` the cache `folder` lacks, and which it holds damaged, with what is wrong: each file must have
+    its `pinned` size and sha256, hashed again only when its size or mtime changed since it last passed (`RECORD`),
+    so an unchanged cache costs a stat per file, not a read of its 10 MB."""
     record = _read_record(folder)
     missing, damaged, passed = [], {}, {}
     for path in paths:
@@ -282,8 +272,7 @@ def _check_cache(folder: Path, paths: list[str]) -> tuple[list[str], dict[str, s
 
 
 def _read_record(folder: Path) -> dict[str, list]:
-    """The `RECORD` of `folder`, {file: [size, mtime_ns, sha256]} of each file when it last passed; {} when it is
-    missing or unreadable (every file is then hashed again)."""
+    """The `RECORD` of `folder`; {} when it is missing or unreadable (every file is then hashed again)."""
     try:
         files = json.loads((folder / RECORD).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -292,23 +281,21 @@ def _read_record(folder: Path) -> dict[str, list]:
 
 
 def _write_record(folder: Path, files: dict[str, list]) -> None:
-    """Store `files` as the `RECORD` of `folder`, atomically (a reader sees the old record or the new one); a cache it
-    cannot write to (read-only, shared) only costs the hashing again next time."""
-    staging = None
+    """Store `files` as the `RECORD` of `folder`, atomically; a cache it cannot write to (read-only, shared) only costs
+    the hashing again next time."""
+    staging = partial_path(folder / RECORD)
     try:
-        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f"{RECORD}.", delete=False) as file:
-            staging = Path(file.name)
-            json.dump({"commit": COMMIT, "files": files}, file, indent=1, sort_keys=True)
+        staging.write_text(json.dumps({"commit": COMMIT, "files": files}, indent=1, sort_keys=True))
         os.replace(staging, folder / RECORD)
     except OSError as error:
         logger.debug(f"could not record the checked Multi30k files in {folder / RECORD}: {error}")
-        if staging is not None:
-            staging.unlink(missing_ok=True)
+        if staging.exists():  # not unlink(missing_ok=True): on a read-only mount it raises EROFS
+            staging.unlink()
 
 
 def _download(paths: list[str], folder: Path, base_url: str) -> None:
-    """Fetch `paths` into a temporary folder beside `folder`, check each, only then move them all into place, and
-    record them as checked."""
+    """Fetch and check `paths` in a temporary folder beside `folder`, then move them all into place and record them as
+    checked, so a failed download leaves nothing behind."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     logger.info(f"downloading {len(paths)} Multi30k files from {base_url} into {folder}")
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.partial-") as staging:
@@ -328,10 +315,11 @@ def _download(paths: list[str], folder: Path, base_url: str) -> None:
         for path in paths:  # each rename is atomic: a reader sees a file whole or not at all
             (folder / local_name(path)).parent.mkdir(parents=True, exist_ok=True)
             os.replace(Path(staging) / local_name(path), folder / local_name(path))
-    stats = {local_name(path): ((folder / local_name(path)).stat(), pinned(path)[1]) for path in paths}
-    _write_record(
-        folder, _read_record(folder) | {name: [st.st_size, st.st_mtime_ns, sha] for name, (st, sha) in stats.items()}
-    )
+    record = _read_record(folder)
+    for path in paths:
+        stat = (folder / local_name(path)).stat()
+        record[local_name(path)] = [stat.st_size, stat.st_mtime_ns, pinned(path)[1]]
+    _write_record(folder, record)
 
 
 def _fetch(path: str, base_url: str, folder: Path) -> bytes:

@@ -1,11 +1,7 @@
-"""Token-budget batches (§5.1: "sentence pairs were batched together by approximate sequence length. Each training
-batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens") from a
-corpus that is never loaded whole: line-aligned text files read side by side, or a `datasets` corpus streamed.
-
-The stream is cut into buffers of `buffer_pairs` pairs. Each buffer is tokenized, sorted by length and cut into
-batches (`batching.length_sorted_batches`), and its batches are shuffled: memory is bounded by the buffer, whatever
-the corpus's size, and a position in the stream is a buffer's start plus a count of batches, small enough to save in
-a checkpoint and exact to resume from (`StreamingTokenBatches.state_dict`).
+"""Token-budget batches (§5.1) from a corpus that is never loaded whole: line-aligned text files read side by side, or
+a `datasets` corpus streamed. The stream is cut into buffers, each tokenized, cut into batches and shuffled: memory is
+bounded by the buffer, and a position in the stream (a buffer's start and a count of batches) is small enough to save
+in a checkpoint and exact to resume from.
 """
 
 import json
@@ -22,16 +18,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import DataError
 from .batching import DEFAULT_BUFFER_PAIRS, length_sorted_batches
-from .corpora import BUILTIN, MULTI30K, find_split
+from .corpora import BUILTIN, MULTI30K, columns_error, find_split
 from .multi30k import multi30k_dir
 from .text import count_lines, decode_line
-from .tokenized import mostly_control_characters
+from .tokenized import EMPTY, KEPT, describe_drops, encode_pairs
 
 logger = logging.getLogger(__name__)
 
-# pairs tokenized per call: the tokenizer's `Encoding`s (tokens, offsets, masks) and Python lists cost ~14 kB a pair of
-# 25 words a side (measured: 10k pairs raised the peak RSS by 145 MB, 2000 by 28 MB), so a buffer is tokenized in
-# chunks; the ids are the same (each sentence is encoded on its own), and 2000 pairs per call amortize its overhead
+# pairs tokenized per call: the tokenizer's `Encoding`s and Python lists cost ~14 kB a pair of 25 words a side
+# (measured: 10k pairs raised the peak RSS by 145 MB, 2000 by 28 MB), and 2000 pairs per call amortize its overhead
 TOKENIZE_PAIRS = 2_000
 # the first rows of each kind of dropped pair that a report keeps (a list of them all would grow with the corpus)
 REPORT_ROWS = 5
@@ -40,8 +35,8 @@ STATE_FORMAT = 1
 
 @dataclass
 class StreamReport:
-    """`tokenized.FilterReport` for a stream: how many pairs of the current pass were kept and dropped, with the
-    first `REPORT_ROWS` rows (0-based positions in the corpus: line number − 1 for text files) of each kind."""
+    """`tokenized.FilterReport` for a pass of a stream: counts, and the first `REPORT_ROWS` rows (0-based) of each
+    kind."""
 
     kept: int = 0
     empty: int = 0
@@ -56,23 +51,13 @@ class StreamReport:
             self.rows[kind].append(row)
 
     def __str__(self) -> str:
-        def first(kind: str) -> str:
-            rows = self.rows[kind]
-            return f" (rows {rows}{'...' if getattr(self, kind) > len(rows) else ''})" if rows else ""
-
-        text = (
-            f"kept {self.kept} pairs; dropped {self.empty} with an empty side{first('empty')} and "
-            f"{self.too_long} over the length limit{first('too_long')}"
-        )
-        if self.not_text:
-            text += f"; warning: {self.not_text} kept pairs are mostly control characters{first('not_text')}"
-        return text
+        return describe_drops(self.kept, {kind: (getattr(self, kind), rows) for kind, rows in self.rows.items()})
 
 
 @dataclass
 class _Buffer:
-    """The kept pairs of one buffer: each side's ids end to end in one array, pair `i` at `bounds[i]:bounds[i + 1]`
-    (a Python list of ints would cost ~9 times the memory)."""
+    """The kept pairs of one buffer: each side's ids end to end in one array (a ninth of a Python list's memory),
+    pair `i` at `bounds[i]:bounds[i + 1]`."""
 
     source_ids: np.ndarray
     source_bounds: np.ndarray
@@ -89,8 +74,7 @@ class _Buffer:
 
 
 class _TextPairs:
-    """Line N of `{split}.{source_lang}` and of `{split}.{target_lang}`, read side by side in binary from byte offsets
-    and decoded by `text.decode_line` (`read_lines`'s rules); `position()` is where the next pair begins."""
+    """Line N of two files, read side by side from byte offsets; `position()` is where the next pair begins."""
 
     def __init__(self, paths: tuple[Path, Path], start: dict):
         self.paths = paths
@@ -114,10 +98,8 @@ class _TextPairs:
                 )
             raise StopIteration
         self.row += 1
-        for side, raw in enumerate(raws):
-            self.offsets[side] += len(raw)
-        source, target = (decode_line(raw, str(path), self.row) for raw, path in zip(raws, self.paths, strict=True))
-        return source, target
+        self.offsets = [offset + len(raw) for offset, raw in zip(self.offsets, raws, strict=True)]
+        return tuple(decode_line(raw, str(path), self.row) for raw, path in zip(raws, self.paths, strict=True))
 
     def position(self) -> dict:
         return {"row": self.row, "source_offset": self.offsets[0], "target_offset": self.offsets[1]}
@@ -128,8 +110,8 @@ class _TextPairs:
 
 
 class _DatasetPairs:
-    """The pairs of a streamed `datasets` split from a saved position of the stream (`IterableDataset.state_dict`),
-    from its `translation` column or its one column per language (as `corpora.load_corpus` reads them)."""
+    """The pairs of a streamed `datasets` split from a saved `state_dict` of the stream, read as
+    `corpora.load_corpus` reads them."""
 
     def __init__(self, stream, start: dict, languages: tuple[str, str], translation_column: str, name: str):
         self.stream, self.row, self.start = stream, start["row"], start["stream"]
@@ -149,10 +131,7 @@ class _DatasetPairs:
         if self.translation_column in example:
             example = example[self.translation_column]
         elif not {source_lang, target_lang} <= example.keys():
-            raise DataError(
-                f"{self.name} has columns {sorted(example)}: neither a {self.translation_column!r} column nor one "
-                f"column per language ({source_lang!r}, {target_lang!r}); pass --translation-column."
-            )
+            raise columns_error(self.name, sorted(example), self.translation_column, source_lang, target_lang)
         return example[source_lang] or "", example[target_lang] or ""  # a missing (null) side is an empty one
 
     def position(self) -> dict:
@@ -164,10 +143,9 @@ class _DatasetPairs:
 
 
 def aligned_text_files(corpus: Path, split: str, source_lang: str, target_lang: str) -> tuple[Path, Path] | None:
-    """The `{split}.{source_lang}` and `{split}.{target_lang}` files of a folder of text files (the split found as
-    `corpora.find_split` finds it), or None for a corpus that is no such folder. Their lines are counted first
-    (~1 s a GB): files of different line counts raise, since a line lost in the middle of one side would pair every
-    later sentence with the wrong translation, and reading side by side would see it only at the end of the file."""
+    """The `{split}.{source_lang}` and `{split}.{target_lang}` files of a folder of text files (`find_split`), or None
+    for a corpus that is no such folder. Their lines are counted first (~1 s a GB), since reading side by side would
+    see a line lost in the middle of one side only at the end, after mistranslated pairs."""
     text_splits = sorted(path.stem for path in corpus.glob(f"*.{source_lang}")) if corpus.is_dir() else []
     if not text_splits:
         return None
@@ -187,28 +165,19 @@ def aligned_text_files(corpus: Path, split: str, source_lang: str, target_lang: 
 
 
 class StreamingTokenBatches(IterableDataset):
-    """An endless stream of token-budget batches (§5.1) from a corpus larger than memory: a folder of line-aligned
-    `{split}.{source_lang}`/`{split}.{target_lang}` files (or `"multi30k"`, its official ones), or a `datasets` name
-    or local dataset folder or builder (`"json"` with `data_files`) streamed with `load_dataset(..., streaming=True)`.
+    """An endless stream of token-budget batches (§5.1) from a folder of line-aligned `{split}.{lang}` files (or
+    `"multi30k"`), or a `datasets` corpus streamed with `load_dataset(..., streaming=True)`.
 
-    Each item is one batch: a list of `{"input_ids", "labels"}` examples whose padded size, `len(batch)·(max source
-    length + max target length)`, is at most `max_tokens`, ready for `DataCollatorForSeq2Seq` (`DataLoader(stream,
-    batch_size=None, collate_fn=collator)`, with `num_workers=0`: the position `state_dict` reports is this process's).
+    Each item is a list of `{"input_ids", "labels"}` examples whose padded size is at most `max_tokens`, for
+    `DataLoader(stream, batch_size=None, collate_fn=collator)` with `num_workers=0`. Buffer `b` of epoch `e` holds the
+    next `buffer_pairs` pairs, tokenized and filtered as `tokenized.tokenize_pairs` does (drops counted in `report`),
+    cut by `length_sorted_batches` and shuffled, both seeded from `(seed, e, b)`; the stream restarts at its end.
+    Pairs never move between buffers, so a corpus ordered by source is best shuffled once on disk
+    (`paste a.en a.de | shuf`).
 
-    Buffer `b` of epoch `e` holds the stream's next `buffer_pairs` pairs. They are tokenized as
-    `tokenized.tokenize_pairs` does (`split_special_tokens=True`, targets through `text_target=`), pairs with an empty
-    side or more than `max_length` tokens on a side are dropped (counted in `report`), the rest are cut into batches
-    by `length_sorted_batches` and the batches shuffled, both seeded from `(seed, e, b)`. When the stream ends the next
-    epoch starts at its beginning; the iterator never ends (the training loop stops at its step count). Memory is one
-    buffer's ids, whatever the corpus's size; but pairs never move between buffers, so a corpus ordered by source
-    (one sub-corpus after another) is best shuffled once on disk, e.g. `paste a.en a.de | shuf`.
-
-    Distributed training: every process reads and tokenizes the whole stream, and process `rank` takes the batches
-    `i` of each buffer with `i % world_size == rank`, so each kept pair is trained on once per epoch by one process.
-    Every process must tokenize as fast as all of them train.
-
-    `state_dict()` is the position after the last batch yielded; `load_state_dict` makes the next iteration continue
-    there exactly (it re-reads and re-tokenizes the buffer that position is in, and skips the batches taken).
+    Process `rank` takes batch `i` of each buffer when `i % world_size == rank`; every process reads and tokenizes
+    the whole stream. `load_state_dict(state_dict())` continues exactly after the last batch yielded (re-reading that
+    position's buffer and skipping the batches taken).
     """
 
     def __init__(
@@ -270,7 +239,6 @@ class StreamingTokenBatches(IterableDataset):
         else:
             available = get_dataset_split_names(str(corpus), dataset_config, data_files=data_files)
             split = find_split(split, available, str(corpus))
-            self.paths = None
             self.stream = load_dataset(str(corpus), dataset_config, split=split, data_files=data_files, streaming=True)
             identity = {"dataset": str(corpus), "config": dataset_config, "data_files": data_files}
             start = {"row": 0, "stream": self.stream.state_dict()}
@@ -288,7 +256,7 @@ class StreamingTokenBatches(IterableDataset):
             "world_size": world_size,
         }
         # what a saved position is valid for, after the JSON round trip a saved state has had (tuples become lists)
-        self.settings = json.loads(json.dumps(settings, default=str))
+        self.settings = _json_copy(settings)
         self._pass_start = start
         # the position after the last batch yielded: the buffer it is in (epoch, index, where it begins) and how many
         # of its batches this process has taken; the pass's counts before that buffer, to count the pass on resume
@@ -305,16 +273,13 @@ class StreamingTokenBatches(IterableDataset):
         self._warned_small_buffer = False
 
     def state_dict(self) -> dict:
-        """The position after the last batch yielded (JSON-serializable; each process saves its own): `epoch`,
-        `buffer` (its index in the epoch), `start` (where it begins: `row`, and `source_offset`/`target_offset` in
-        bytes for text files or `stream`, the `datasets` stream's `state_dict()`), `taken` (how many of its batches
-        this process has yielded), the pass's `report` and `pass_batches` before it, and the `settings` it is valid
-        for."""
-        return json.loads(json.dumps({"format": STATE_FORMAT, "settings": self.settings, **self._position}))
+        """The position after the last batch yielded, JSON-serializable (each process saves its own): the buffer
+        (`epoch`, `buffer`, its `start` in the files or stream), how many of its batches were `taken`, the pass's
+        `report` and `pass_batches` before it, and the `settings` it is valid for."""
+        return _json_copy({"format": STATE_FORMAT, "settings": self.settings, **self._position})
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue the next iteration at `state` (`state_dict()` of a stream with the same corpus and settings, this
-        process's); a state of another corpus, split, tokenizer, budget, seed or rank raises an error."""
+        """Continue the next iteration at `state`; a state saved with other `settings` raises an error."""
         if state.get("format") != STATE_FORMAT:
             raise DataError(f"a stream state of format {state.get('format')!r}; this version reads {STATE_FORMAT}.")
         saved = state["settings"]
@@ -328,9 +293,9 @@ class StreamingTokenBatches(IterableDataset):
                 f"the saved stream position belongs to another corpus or settings ({'; '.join(differences)}); resume "
                 f"with the run's own corpus and settings, on the same rank, or start the stream afresh."
             )
-        self._position = json.loads(json.dumps({key: state[key] for key in self._position}))
+        self._position = _json_copy({key: state[key] for key in self._position})
         self.epoch = state["epoch"]
-        self.report = StreamReport(**json.loads(json.dumps(state["report"])))
+        self.report = StreamReport(**_json_copy(state["report"]))
 
     def _pairs(self, start: dict) -> "_TextPairs | _DatasetPairs":
         if self.paths is not None:
@@ -344,7 +309,7 @@ class StreamingTokenBatches(IterableDataset):
                 "StreamingTokenBatches runs in a DataLoader worker: its state_dict would not see the batches the "
                 "worker yields, and each worker would repeat the stream; use num_workers=0."
             )
-        position = json.loads(json.dumps(self._position))  # a copy: the report below grows as the buffer is read
+        position = _json_copy(self._position)  # the report below grows as the buffer is read
         epoch, buffer, taken = position["epoch"], position["buffer"], position["taken"]
         report, pass_batches = StreamReport(**position["report"]), position["pass_batches"]
         pairs = self._pairs(position["start"])
@@ -415,26 +380,17 @@ class StreamingTokenBatches(IterableDataset):
     def _encode(self, chunk: list[tuple[str, str]], first_row: int, report: StreamReport) -> tuple:
         """The ids and lengths of a chunk's kept pairs, each side's ids end to end: `((ids, lengths), (ids,
         lengths))`; drops are counted in `report` at their row."""
-        rows, sources, targets = [], [], []
-        for row, (source, target) in enumerate(chunk, start=first_row):
-            if not source.strip() or not target.strip():
-                report.count("empty", row)
-            else:
-                rows.append(row)
-                sources.append(source)
-                targets.append(target)
-        # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
-        encoded = self.tokenizer(sources, text_target=targets, split_special_tokens=True) if rows else {}
         kept = ([], [])
-        for i, row in enumerate(rows):
-            source_ids, target_ids = encoded["input_ids"][i], encoded["labels"][i]
-            if len(source_ids) > self.max_length or len(target_ids) > self.max_length:
-                report.count("too_long", row)
+        sources, targets = (list(side) for side in zip(*chunk, strict=True))
+        pairs = encode_pairs(self.tokenizer, sources, targets, self.max_length)
+        for row, (status, source_ids, target_ids, not_text) in enumerate(pairs, start=first_row):
+            if status != KEPT:
+                report.count("empty" if status == EMPTY else "too_long", row)
                 continue
             report.kept += 1
             kept[0].append(source_ids)
             kept[1].append(target_ids)
-            if mostly_control_characters(sources[i]) or mostly_control_characters(targets[i]):
+            if not_text:
                 report.count("not_text", row)
         return tuple(
             (
@@ -469,3 +425,8 @@ class StreamingTokenBatches(IterableDataset):
             )
         log = logger.warning if report.not_text else logger.info
         log("%s, epoch %d: %s; %d batches for rank %d", self.corpus_name, epoch, report, pass_batches, self.rank)
+
+
+def _json_copy(value):
+    """A deep copy of `value` as a JSON round trip leaves it (tuples become lists)."""
+    return json.loads(json.dumps(value, default=str))

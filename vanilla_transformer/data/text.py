@@ -10,19 +10,22 @@ from typing import BinaryIO, TextIO
 from ..errors import DataError
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file without their line ends; a byte that is not UTF-8 raises an error naming the
-    file and the line.
-
-    Lines end at `\n` only, with a `\r` before it removed (CRLF files read as LF files) and a UTF-8 byte-order mark
-    at the start of the file dropped: Unicode line separators, form feeds and other control characters stay inside
-    their line (Python's `str.splitlines` would split there and misalign a parallel corpus).
-    """
-    path = Path(path)
+def check_text_file(path: Path) -> None:
+    """Refuse a `{split}.{lang}` path that is a folder or does not exist."""
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; expected one sentence per line in a file named split.lang.")
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file without their line ends, by `decode_line`'s rules.
+
+    Lines end at `\n` only: Unicode line separators, form feeds and other control characters stay inside their line
+    (Python's `str.splitlines` would split there and misalign a parallel corpus).
+    """
+    path = Path(path)
+    check_text_file(path)
     with path.open("rb") as handle:
         return read_stream_lines(handle, str(path))
 
@@ -33,19 +36,17 @@ def read_stream_lines(handle: BinaryIO, name: str) -> list[str]:
 
 
 def iter_lines(handle: BinaryIO, name: str) -> Iterator[str]:
-    """The lines of an open binary stream one at a time, by `read_lines`'s rules: a file larger than memory is read in
-    constant memory."""
+    """The lines of an open binary stream one at a time, by `decode_line`'s rules (a file larger than memory is read
+    in constant memory)."""
     for number, raw in enumerate(handle, start=1):
         yield decode_line(raw, name, number)
 
 
 def decode_line(raw: bytes, name: str, number: int) -> str:
-    """Line `number` (1-based) of the file `name` by `read_lines`'s rules: `raw` is its bytes up to and including the
-    `\n` (what a binary file's `readline` returns); the `\n` and a `\r` before it are removed, and a byte-order mark
-    is dropped from line 1 only. A byte that is not UTF-8 raises an error naming the file and the line.
-
-    The one decoder of every reader here, and of `streaming.py`, which reads two files side by side from byte offsets
-    and so cannot use `iter_lines`."""
+    """Line `number` (1-based) of the file `name`, from its bytes up to and including the `\n`: the `\n` and a `\r`
+    before it are removed (CRLF files read as LF files) and a byte-order mark is dropped from line 1. A byte that is
+    not UTF-8 raises an error naming the file and the line. The one decoder of every reader here and of
+    `streaming.py`, which reads two files side by side from byte offsets."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -59,7 +60,7 @@ def decode_line(raw: bytes, name: str, number: int) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
-    """A file's SHA-256 as `sha256sum` prints it, read in blocks (corpora, caches and weights alike)."""
+    """A file's SHA-256 as `sha256sum` prints it, read in blocks."""
     digest = hashlib.sha256()
     with Path(path).open("rb") as handle:
         while block := handle.read(1 << 24):
@@ -67,12 +68,11 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:
-    """The number of lines `read_lines` would return, counted in constant memory (`\n`s, plus a last line without
-    one), without decoding: ~1 s a GB from the page cache."""
+def count_lines(path: str | Path) -> int:
+    """The number of lines `read_lines` would return, counted in constant memory without decoding (~1 s a GB)."""
     lines, last = 0, b"\n"
     with Path(path).open("rb") as handle:
-        while chunk := handle.read(chunk_bytes):
+        while chunk := handle.read(1 << 24):
             lines += chunk.count(b"\n")
             last = chunk[-1:]
     return lines + (last != b"\n")

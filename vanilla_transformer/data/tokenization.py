@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # `datasets` is imported by whoever passes a Dataset; the com
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # the byte-level BPE holds its special tokens and the 256 byte symbols before it learns any merge
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256
-# what `from_pretrained` records about the load itself in `init_kwargs`, and `save_pretrained` would write into
-# `tokenizer_config.json` for every later user of the saved folder (transformers 5.x)
+# what `from_pretrained` records about the load itself in `init_kwargs`, which `save_pretrained` would write into
+# `tokenizer_config.json` (transformers 5.x)
 LOAD_TIME_KEYS = ("is_local", "local_files_only")
 # bumped whenever what `tokenizer_fingerprint` digests changes (old fingerprints then no longer compare equal)
 FINGERPRINT_VERSION = 1
@@ -41,13 +41,10 @@ def train_joint_bpe(
 ) -> PreTrainedTokenizerFast:
     """Learn a byte-level BPE of `vocab_size` tokens (specials included) from the sentences of both languages.
 
-    `lowercase=True` puts a `Lowercase` normalizer in front (the preprocessing of the Multi30k literature, whose
-    scores are on lowercased text): every text, source or target, is lowercased as it is encoded, so a model trained
-    with it reads and writes lowercase, and `decode(encode(x)) == x.lower()`.
-
-    Encoded inputs end with `</s>`; the decoder's `<s>` comes from `shift_tokens_right`, not the tokenizer. Text that
-    spells a special token (a user typing `"</s>"` or `"<pad>"`) is encoded as text (`split_special_tokens=True`,
-    saved with the tokenizer), so it can neither end nor pad a sentence, and decodes back to itself.
+    `lowercase=True` lowercases every text as it is encoded (the preprocessing of the Multi30k literature, scored on
+    lowercased text), so `decode(encode(x)) == x.lower()`. Encoded inputs end with `</s>`; the decoder's `<s>` comes
+    from `shift_tokens_right`. Text that spells a special token (`"</s>"`, `"<pad>"`) is encoded as text
+    (`split_special_tokens=True`, saved with the tokenizer), so it can neither end nor pad a sentence.
     """
     specials = list(SPECIAL_TOKENS.values())
     if vocab_size < MIN_VOCAB_SIZE:
@@ -82,8 +79,8 @@ def train_joint_bpe(
 
 
 def lowercases(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether `tokenizer` lowercases what it encodes (`train_joint_bpe(lowercase=True)`): its model's output is
-    lowercase, to be scored against lowercased references."""
+    """Whether `tokenizer` lowercases what it encodes (`train_joint_bpe(lowercase=True)`), so that its model's output
+    is scored against lowercased references."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     return backend is not None and '"Lowercase"' in backend.to_str()
 
@@ -129,14 +126,12 @@ def load_tokenizer(name_or_path: str | Path, **kwargs) -> PreTrainedTokenizerBas
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
-    """A SHA-256 hex digest of what gives the tokenizer's ids their meaning: the vocabulary (every token and its id,
-    added tokens included), the special tokens (name, text, id) and, for a tokenizer backed by `tokenizers`
-    (tokenizer.json), its model's type and merges. Training records it in the model's config.json
-    (`tokenizer_fingerprint`), so that a folder holding another run's tokenizer is refused when loaded.
+    """A SHA-256 hex digest of what gives the tokenizer's ids their meaning: the vocabulary (added tokens included),
+    the special tokens and, for a `tokenizers` backend, its model's type and merges. Training records it in the
+    model's config.json, so that a folder holding another run's tokenizer is refused when loaded.
 
-    Settings that change how text is split but not what an id stands for (normalizer, pre-tokenizer, post-processor,
-    `model_max_length`) are left out, and so is everything about how the tokenizer was loaded: the digest is the same
-    for a tokenizer in memory, saved and loaded again, under transformers 5.15 to 5.24.
+    Settings that do not change what an id stands for (normalizer, pre-tokenizer, post-processor, `model_max_length`)
+    and how the tokenizer was loaded are left out: the digest is the same in memory and saved and loaded again.
     """
     special = {}
     for name, value in sorted(tokenizer.special_tokens_map.items()):
@@ -167,8 +162,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | Path) -
 
 def tokenizer_sample(corpus: "Dataset", sample_pairs: int | None) -> "Dataset":
     """The pairs the BPE learns from: all of `corpus` up to `sample_pairs` pairs (None: no limit), else that many
-    drawn without replacement by a generator seeded with 0 and kept in corpus order, as sentencepiece's
-    `input_sentence_size` and fairseq's recipes do for WMT-sized corpora: the merges depend on the corpus alone."""
+    drawn with seed 0 and kept in corpus order (as sentencepiece's `input_sentence_size` does for WMT-sized corpora),
+    so that the merges depend on the corpus alone."""
     if not sample_pairs or len(corpus) <= sample_pairs:
         return corpus
     rows = np.sort(np.random.default_rng(0).choice(len(corpus), size=sample_pairs, replace=False))

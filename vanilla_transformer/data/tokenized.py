@@ -1,10 +1,7 @@
 """Tokenized corpora: token ids and lengths in memory-mapped Arrow tables, built once per corpus, tokenizer and length
-limit and reused by every later run, resume and process.
-
-At WMT14's size (4.5M pairs) a corpus tokenized into Python lists costs ~50 GB per process and minutes per start;
-here it is tokenized by `datasets.Dataset.map` (batched, in several processes) into a folder of the tokenized-corpus
-cache (`tokenized_cache_root`), opened with `load_from_disk`: each process maps the same files, and reads only the
-rows of its batches.
+limit (by `datasets.Dataset.map`, in several processes) and reused by every later run, resume and process. At WMT14's
+size (4.5M pairs) Python lists would cost ~50 GB per process and minutes per start; each process here maps the same
+files and reads only the rows of its batches.
 """
 
 import hashlib
@@ -51,21 +48,28 @@ class FilterReport:
     not_text: list[int] = field(default_factory=list)
 
     def __str__(self) -> str:
-        def first(rows: list[int]) -> str:
-            return f" (rows {rows[:5]}{'...' if len(rows) > 5 else ''})" if rows else ""
-
-        text = (
-            f"kept {self.kept} pairs; dropped {len(self.empty)} with an empty side{first(self.empty)} and "
-            f"{len(self.too_long)} over the length limit{first(self.too_long)}"
+        return describe_drops(
+            self.kept, {kind: (len(rows), rows) for kind, rows in asdict(self).items() if kind != "kept"}
         )
-        if self.not_text:
-            text += f"; warning: {len(self.not_text)} kept pairs are mostly control characters{first(self.not_text)}"
-        return text
+
+
+def describe_drops(kept: int, dropped: dict[str, tuple[int, list[int]]]) -> str:
+    """A report's text: `kept` and, for `empty`, `too_long` and `not_text`, the count and the first rows."""
+
+    def counted(kind: str, what: str) -> str:
+        count, rows = dropped[kind]
+        return f"{count} {what}" + (f" (rows {rows[:5]}{'...' if count > len(rows[:5]) else ''})" if rows else "")
+
+    text = f"kept {kept} pairs; dropped {counted('empty', 'with an empty side')} and "
+    text += counted("too_long", "over the length limit")
+    if dropped["not_text"][0]:
+        text += f"; warning: {counted('not_text', 'kept pairs are mostly control characters')}"
+    return text
 
 
 def mostly_control_characters(text: str) -> bool:
-    """Whether most of `text`'s non-space characters are control, format, private-use or unassigned ones (Unicode
-    categories C*): what a binary file, or one decoded with the wrong encoding, reads as."""
+    """Whether most of `text`'s non-space characters are of Unicode categories C* (control, format, private-use,
+    unassigned): what a binary file, or one decoded with the wrong encoding, reads as."""
     if text.isprintable():  # no C* character at all (the common case, decided in C)
         return False
     visible = [character for character in text if not character.isspace()]
@@ -83,10 +87,26 @@ def tokenized_cache_root() -> Path:
 
 
 def cache_key(corpus: Dataset, tokenizer_fingerprint: str, source_lang: str, target_lang: str, max_length: int) -> str:
-    """The name of a tokenized corpus's folder: a digest of the corpus's `datasets` fingerprint (its content, and
-    every `select` made of it), the tokenizer's fingerprint, the direction and the length limit."""
+    """The name of a tokenized corpus's folder: a digest of the corpus's `datasets` fingerprint (its content and every
+    `select` made of it), the tokenizer's fingerprint, the direction and the length limit."""
     parts = [FORMAT_VERSION, corpus._fingerprint, tokenizer_fingerprint, source_lang, target_lang, max_length]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def encode_pairs(tokenizer, sources: list[str], targets: list[str], max_length: int):
+    """Each pair's status (`KEPT`, `EMPTY`, `TOO_LONG`), ids (none unless kept) and whether it is kept but mostly
+    control characters: the one filter of `tokenize_pairs` and of `streaming`."""
+    # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
+    encoded = tokenizer(sources, text_target=targets, split_special_tokens=True, return_attention_mask=False)
+    for source, target, source_ids, target_ids in zip(
+        sources, targets, encoded["input_ids"], encoded["labels"], strict=True
+    ):
+        if not source.strip() or not target.strip():
+            yield EMPTY, [], [], False
+        elif len(source_ids) > max_length or len(target_ids) > max_length:
+            yield TOO_LONG, [], [], False
+        else:
+            yield KEPT, source_ids, target_ids, mostly_control_characters(source) or mostly_control_characters(target)
 
 
 def _encoder(tokenizer, source_lang: str, target_lang: str, max_length: int, id_type: str):
@@ -95,25 +115,14 @@ def _encoder(tokenizer, source_lang: str, target_lang: str, max_length: int, id_
     def encode(batch: dict) -> dict:
         sources = [pair[source_lang] for pair in batch["translation"]]
         targets = [pair[target_lang] for pair in batch["translation"]]
-        # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
-        encoded = tokenizer(sources, text_target=targets, split_special_tokens=True, return_attention_mask=False)
         rows = {"input_ids": [], "labels": [], SOURCE_LENGTH: [], TARGET_LENGTH: [], "status": [], "not_text": []}
-        for source, target, source_ids, target_ids in zip(
-            sources, targets, encoded["input_ids"], encoded["labels"], strict=True
-        ):
-            if not source.strip() or not target.strip():
-                status = EMPTY
-            elif len(source_ids) > max_length or len(target_ids) > max_length:
-                status = TOO_LONG
-            else:
-                status = KEPT
-            kept = status == KEPT
-            rows["input_ids"].append(source_ids if kept else [])
-            rows["labels"].append(target_ids if kept else [])
-            rows[SOURCE_LENGTH].append(len(source_ids) if kept else 0)
-            rows[TARGET_LENGTH].append(len(target_ids) if kept else 0)
+        for status, source_ids, target_ids, not_text in encode_pairs(tokenizer, sources, targets, max_length):
+            rows["input_ids"].append(source_ids)
+            rows["labels"].append(target_ids)
+            rows[SOURCE_LENGTH].append(len(source_ids))
+            rows[TARGET_LENGTH].append(len(target_ids))
             rows["status"].append(status)
-            rows["not_text"].append(kept and (mostly_control_characters(source) or mostly_control_characters(target)))
+            rows["not_text"].append(not_text)
         return rows
 
     features = Features(
@@ -142,10 +151,9 @@ def tokenize_pairs(
     `target_length` columns), dropping pairs with an empty side or more than `max_length` tokens on a side and
     counting each kind in the returned report.
 
-    With `cache_root` the result is a folder there (`cache_key`), built once: later calls with the same corpus,
-    tokenizer and limit open it memory-mapped in a second. A folder is written under a hidden name and renamed when
-    complete, so a killed build is never reused. `num_proc` workers tokenize (default: up to 8 of this machine's
-    cores for corpora of `PARALLEL_ROWS` pairs or more)."""
+    With `cache_root` the result is a folder there (`cache_key`), built once under a hidden name and renamed when
+    complete, then opened memory-mapped by later calls. `num_proc` workers tokenize (default: up to 8 cores for
+    corpora of `PARALLEL_ROWS` pairs or more)."""
     from .tokenization import tokenizer_fingerprint
 
     folder = None
@@ -161,19 +169,7 @@ def tokenize_pairs(
         num_proc = min(os.cpu_count() or 1, 8) if len(dataset) >= PARALLEL_ROWS else None
     id_type = "uint16" if len(tokenizer) <= 1 << 16 else "int32"
     encode, features = _encoder(tokenizer, source_lang, target_lang, max_length, id_type)
-    staging = None
-    if folder is not None:
-        remove_killed_partials(folder.parent)  # what a killed build left: gigabytes at WMT's size
-        staging = partial_path(folder)
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            staging.mkdir(parents=True)
-        except OSError as error:  # a read-only mount, a folder of someone else's: no disk to free
-            raise DataError(
-                f"the tokenized-corpus cache {folder.parent} cannot be written ({error.strerror}): set "
-                f"VANILLA_TRANSFORMER_TOKENIZED_CACHE to a folder this user can write (the corpus is tokenized there "
-                f"once and reused)."
-            ) from error
+    staging = None if folder is None else _staging_folder(folder)
     try:
         encoded = dataset.map(
             encode,
@@ -221,6 +217,23 @@ def tokenize_pairs(
     return kept, report
 
 
+def _staging_folder(folder: Path) -> Path:
+    """A fresh, empty hidden folder to build `folder` in, after removing what killed builds left (gigabytes at WMT's
+    size)."""
+    remove_killed_partials(folder.parent)
+    staging = partial_path(folder)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as error:  # a read-only mount, a folder of someone else's: no disk to free
+        raise DataError(
+            f"the tokenized-corpus cache {folder.parent} cannot be written ({error.strerror}): set "
+            f"VANILLA_TRANSFORMER_TOKENIZED_CACHE to a folder this user can write (the corpus is tokenized there "
+            f"once and reused)."
+        ) from error
+    return staging
+
+
 def _file_records(folder: Path) -> dict[str, list]:
     """Each file under `folder` (relative path) with its size, mtime in ns and SHA-256."""
     records = {}
@@ -231,8 +244,8 @@ def _file_records(folder: Path) -> dict[str, list]:
 
 
 def _damage(folder: Path) -> str | None:
-    """What is wrong with a cached folder's dataset against its `FILES_RECORD`, or None: a file missing, of another
-    size, or whose content changed (hashed only when its mtime moved, so an intact folder opens without a read)."""
+    """What is wrong with a cached folder's dataset against its `FILES_RECORD`, or None. A file is hashed only when its
+    mtime moved, so an intact folder opens without a read."""
     records = json.loads((folder / FILES_RECORD).read_text())
     for name, (size, mtime_ns, sha256) in records.items():
         path = folder / "dataset" / name
@@ -247,9 +260,8 @@ def _damage(folder: Path) -> str | None:
 
 
 def _open_cached(folder: Path) -> tuple[Dataset, FilterReport] | None:
-    """A complete cached folder opened memory-mapped, once its files are checked (`_damage`); a damaged one (a file
-    cut short, changed or deleted, a report or record that does not read) is moved aside and removed with a
-    warning, and None returned: the caller builds it again."""
+    """A complete cached folder opened memory-mapped once its files are checked (`_damage`); a damaged one is removed
+    with a warning and None returned, for the caller to build it again."""
     try:
         report = FilterReport(**json.loads((folder / REPORT_FILE).read_text()))
         damage = _damage(folder)
@@ -278,5 +290,5 @@ def _warn_not_text(report: FilterReport) -> None:
 
 
 def model_columns(dataset: Dataset) -> Dataset:
-    """The columns a model's batches are made of (`input_ids`, `labels`): what a data collator is given."""
+    """The columns a data collator is given (`MODEL_COLUMNS`)."""
     return dataset.select_columns([name for name in MODEL_COLUMNS if name in dataset.column_names])
