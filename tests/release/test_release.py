@@ -308,6 +308,12 @@ def test_training_summary_counts_what_the_run_did(tmp_path):
         f"checkpoints 1200, 1400. Length penalty α={length_penalty}, the best on valid (BLEU (tok) 0.6: 1.5)"
         in (training["summary"])
     )
+    # the accelerate loop's checkpoints hold no trainer_state.json: the step is in their name, the epochs unrecorded
+    for folder in averaged:
+        (folder / "trainer_state.json").unlink()
+    loop = training_summary(run, preset, final, averaged, "a test CPU", "final", train_hours=2.5)
+    assert (loop["updates"], loop["epochs"]) == (1400, None)
+    assert "1400 updates in 2.5 h wall-clock on a test CPU" in loop["summary"]
     # without --train-hours: from the tokenizer file to the last averaged checkpoint
     os.utime(run / "tokenizer" / "tokenizer.json", (0, 0))
     os.utime(averaged[-1], (5400, 5400))

@@ -6,7 +6,7 @@ Multi30k test2016 and test2017, or, for a run trained on an Anki/Tatoeba TSV fil
 best one becomes the release's default (§6.1 chose α on the development set); the card lists the BLEU of each.
 
     vanilla-transformer release --run-dir outputs/multi30k --output-dir model_cards/vanilla-transformer-multi30k-en-de
-    vanilla-transformer release --run-dir outputs/en-zh --source-lang en --target-lang zh \
+    vanilla-transformer release --run-dir outputs/en-zh --source-lang en --target-lang zh \\
         --length-penalties 0.6,1.0 --output-dir model_cards/vanilla-transformer-tatoeba-en-zh
 """
 

@@ -255,7 +255,14 @@ def training_summary(
     """The card's account of how the averaged model in `final_dir` was trained. Without `train_hours` the time runs
     from the tokenizer's file to the last averaged checkpoint, which overstates a run resumed after a pause."""
     run, final = Path(run_dir), Path(final_dir)
-    state = json.loads((averaged[-1] / "trainer_state.json").read_text())
+    trainer_state = averaged[-1] / "trainer_state.json"
+    # the accelerate loop's checkpoints hold no trainer state: their step is in their name, their epochs unrecorded
+    state = (
+        json.loads(trainer_state.read_text())
+        if trainer_state.is_file()
+        else {"global_step": checkpoint_step(averaged[-1]), "epoch": None}
+    )
+    epochs = f" ({state['epoch']:.1f} epochs)" if state["epoch"] is not None else ""
     config = json.loads((final / "config.json").read_text())
     generation = json.loads((final / "generation_config.json").read_text())
     hours = (
@@ -273,13 +280,13 @@ def training_summary(
     return {
         "status": status,
         "summary": (
-            f"{parameters:,} parameters; {state['global_step']} updates ({state['epoch']:.1f} epochs) in "
+            f"{parameters:,} parameters; {state['global_step']} updates{epochs} in "
             f"{hours:.1f} h wall-clock on {hardware}; the average of checkpoints "
             f"{', '.join(str(checkpoint_step(path)) for path in averaged)}.{tuning}"
         ),
         "parameters": parameters,
         "updates": state["global_step"],
-        "epochs": round(state["epoch"], 2),
+        "epochs": round(state["epoch"], 2) if state["epoch"] is not None else None,
         "wall_clock_hours": round(hours, 2),
         "hardware": hardware,
         "averaged_checkpoints": [path.name for path in averaged],
