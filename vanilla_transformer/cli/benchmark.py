@@ -66,13 +66,13 @@ def run(args: argparse.Namespace) -> None:
     """Run the benchmark, write the JSON report and print its table."""
     import torch
 
-    from ..experiments.benchmark import format_table, run_benchmark
+    from ..experiments.benchmark import Benchmark, format_table, run_benchmark
     from ..experiments.benchmark_models import Workloads, vanilla_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
     models = tuple(name.strip() for name in args.models.split(","))
-    report = run_benchmark(
+    run = Benchmark(
         vanilla_config(args.preset, args.vocab_size),
         Workloads(train_batch_size=args.train_batch_size, new_tokens=args.new_tokens),
         models=models,
@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> None:
         compiled=not args.no_compiled,
         ctranslate2=not args.no_ctranslate2 and "vanilla" in models,
     )
+    report = run_benchmark(run)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(report))
     print(f"report written to {args.output}")

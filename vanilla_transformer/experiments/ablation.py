@@ -26,7 +26,7 @@ from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..training.presets import TrainingPreset
 from .grid_records import GridSettings, RecordFolder, folder_name, grid_settings, record_text
 from .row_scores import dev_curve, dev_perplexity, score_split, train_loss_curve
-from .table3 import choose_lr_factor, write_table
+from .table3 import choose_lr_factor, variants, write_table
 
 # the preset fields a row may change; every other name must be a field of the model's config
 TRAINING_FIELDS = ("dropout", "label_smoothing", "lr_factor")
@@ -61,7 +61,7 @@ def table3_grid(preset: TrainingPreset, seeds: int = 1) -> list[AblationRow]:
     d_model, heads, layers = config.d_model, config.encoder_attention_heads, config.encoder_layers
     d_k = d_model // heads
     dropout = config.dropout
-    rows = [AblationRow("base", "base")] + [AblationRow(f"base seed {s}", "base", seed=s) for s in range(1, seeds)]
+    rows = [AblationRow("base", "base")]
 
     def add(name: str, group: str, **changes) -> None:
         sizes = {k: v for k, v in changes.items() if k not in TRAINING_FIELDS}
@@ -87,7 +87,7 @@ def table3_grid(preset: TrainingPreset, seeds: int = 1) -> list[AblationRow]:
     add("D ε_ls=0.2", "D", label_smoothing=0.2)
     rows.append(AblationRow("E learned positions", "E", (("position_encoding", "learned"),)))
     rows.append(AblationRow("pre-LN", "LN", (("normalize_before", True),)))
-    return rows
+    return with_base_seeds(rows, seeds)
 
 
 # what a grid file's row may hold: its key, the JSON type, and that type as the message names it
@@ -360,7 +360,7 @@ def run_grid(
 def table_from_records(records_dir: str | Path, output_dir: str | Path) -> dict[str, Path]:
     """The table, CSV and plots of the records kept in `records_dir` (a `RecordFolder`), written into `output_dir`."""
     records = RecordFolder(records_dir).records()
-    if not records:
+    if not variants(records):  # none, or the learning-rate sweep's alone
         raise DataError(f"--records {records_dir} holds no row's record yet; run the grid with --records first.")
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     return write_table(records, Path(output_dir))

@@ -1,7 +1,7 @@
 """Speed and memory, side by side in one process: this model, transformers' `MarianMTModel` and a plain
 `torch.nn.Transformer` of the same sizes (`benchmark_models`); ours and Marian also through `torch.compile`
 (`<name>_compiled`); and this model exported to CTranslate2 (`CTRANSLATE2`). Each precision of
-`run_benchmark(dtypes=...)` is a pass over every workload (rows named `<name>_bf16`: autocast for training, bf16
+`Benchmark(dtypes=...)` is a pass over every workload (rows named `<name>_bf16`: autocast for training, bf16
 weights for generation), its shares taken of that precision's measured matmul peak.
 
 Each workload runs on every model in turn, the order rotated each repeat, and the median of the repeats is reported.
@@ -13,13 +13,13 @@ training memory is measured in a fresh process per model (CPU: the growth of the
 
 import json
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -91,12 +91,20 @@ def peak_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 2048
 
 
 def time_workload(
-    fns: dict[str, Callable[[], None]], device: torch.device, repeats: int, tokens: int, flops: float
+    fns: dict[str, Callable[[], None]],
+    device: torch.device,
+    repeats: int,
+    tokens: int,
+    flops: float = 0.0,
+    warmup: int = 1,
 ) -> dict[str, dict]:
-    """One workload on every model: each called once to warm up (a compiled one compiles here), then `repeats`
-    rounds with the order rotated so that no model always runs first; the median of the rounds per model."""
+    """One workload on every row: each called `warmup` times first (the first call timed: a compiled row compiles
+    there), then `repeats` rounds with the order rotated so that no row always runs first; the median per row."""
     names = list(fns)
     first_call = {name: measure(fn, device, warmup=0) for name, fn in fns.items()}
+    for fn in fns.values():
+        for _ in range(warmup - 1):
+            fn()
     seconds: dict[str, list[float]] = {name: [] for name in names}
     for repeat in range(repeats):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
@@ -113,82 +121,82 @@ def time_workload(
     }
 
 
-def run_speed(
-    config: VanillaTransformerConfig,
-    workloads: Workloads,
-    models: tuple[str, ...] = MODELS,
-    repeats: int = 5,
-    device: str = "cpu",
-    dtype: torch.dtype = torch.float32,
-    attn_implementation: str = "sdpa",
-    log: Callable[[str], None] = print,
-    compiled: bool = True,
-    ctranslate2: bool = True,
-) -> dict:
-    """tokens/s medians per workload and model; see the module docstring for what is counted. `compiled` adds
-    `vanilla_compiled` to the generation workloads: this model with a static cache and a compiled decoding step;
-    `ctranslate2` adds this model exported to CTranslate2 in float32 and int8 (`CTRANSLATE2`)."""
-    device = torch.device(device)
+@dataclass(frozen=True)
+class Benchmark:
+    """What `run_benchmark` measures: `compiled` adds `vanilla_compiled` and `marian_compiled` rows (the training step
+    through `torch.compile`; decoding with a static cache and a compiled step), `ctranslate2` this model exported to
+    CTranslate2 in float32 and int8 (with the float32 pass), `memory` the peak training memory of each model."""
 
-    def build(name: str) -> torch.nn.Module:
-        return build_benchmark_model(name, config, attn_implementation).to(device)
+    config: VanillaTransformerConfig
+    workloads: Workloads = Workloads()
+    models: tuple[str, ...] = MODELS
+    repeats: int = 5
+    device: str = "cpu"
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+    attn_implementation: str = "sdpa"
+    memory: bool = True
+    compiled: bool = True
+    ctranslate2: bool = True
 
-    built = {name: build(name) for name in models}
-    # a lower precision's generation runs in that type itself (its training: autocast)
-    generators = built if dtype == torch.float32 else {name: build(name).to(dtype) for name in models}
 
-    def generation_fns(inputs: dict, num_beams: int) -> dict[str, Callable[[], None]]:
-        fns = {
-            name: generate_fn(name, model, inputs, workloads.new_tokens, num_beams)
-            for name, model in generators.items()
-            if num_beams == 1 or name != "torch"
-        }
-        if compiled:
-            for name in ("vanilla", "marian"):
-                if name in generators:
-                    fns[f"{name}_compiled"] = generate_fn(
-                        name, generators[name], inputs, workloads.new_tokens, num_beams, compiled=True
-                    )
-        for name, translate_fn in exported.items():
-            fns[name] = translate_fn(inputs, workloads.new_tokens, num_beams)
-        return fns
-
-    exported = {}
-    if ctranslate2 and "vanilla" in built:
-        folder = tempfile.mkdtemp(prefix="benchmark-ctranslate2-")
-        exported = ctranslate2_fns(built["vanilla"], folder, device)
-
+def workload_inputs(config: VanillaTransformerConfig, workloads: Workloads, device: torch.device) -> dict[str, tuple]:
+    """Each workload's (batch or sources, tokens counted, FLOPs, beams): "train", then the greedy and beam searches."""
     shape = (workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length)
-    train_batch = random_batch(*shape, config.vocab_size, device=device)
-    train_tokens = int((train_batch["attention_mask"].sum() + (train_batch["labels"] != -100).sum()).item())
-
-    jobs: dict[str, tuple[int, float, dict[str, Callable[[], None]]]] = {}
-    train_fns = {name: train_step_fn(name, model, train_batch, dtype) for name, model in built.items()}
-    if compiled:  # the same models, a second copy each, trained through `torch.compile` (default settings)
-        for name in ("vanilla", "marian"):
-            if name in built:
-                train_fns[f"{name}_compiled"] = training_step(
-                    name, config, train_batch, dtype, True, attn_implementation
-                )
-    jobs["train"] = (train_tokens, training_flops(config, train_batch), train_fns)
+    train = random_batch(*shape, config.vocab_size, device=device)
+    train_tokens = int((train["attention_mask"].sum() + (train["labels"] != -100).sum()).item())
+    jobs = {"train": (train, train_tokens, training_flops(config, train), 0)}
     beam = (f"beam{workloads.num_beams}_b{workloads.beam_batch_size}", workloads.beam_batch_size, workloads.num_beams)
     searches = [(f"greedy_b{size}", size, 1, size) for size in workloads.greedy_batch_sizes] + [(*beam, 7)]
     for job, batch_size, num_beams, seed in searches:
         batch = random_batch(batch_size, workloads.generate_source_length, 2, config.vocab_size, seed, device)
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
         rows = batch_size * num_beams
         flops = generation_flops(config, rows, workloads.generate_source_length, workloads.new_tokens)
-        jobs[job] = (batch_size * workloads.new_tokens, flops, generation_fns(inputs, num_beams))
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        jobs[job] = (inputs, batch_size * workloads.new_tokens, flops, num_beams)
+    return jobs
 
-    results: dict[str, dict] = {}
-    for job, (tokens, flops, fns) in jobs.items():
-        results[job] = time_workload(fns, device, repeats, tokens, flops)
-        log(
-            f"{job}: "
-            + ", ".join(f"{name} {result['tokens_per_second']:.0f} tok/s" for name, result in results[job].items())
-        )
-    if exported:
-        shutil.rmtree(folder)
+
+def speed_pass(run: Benchmark, dtype: torch.dtype, jobs: dict[str, tuple], log: Callable[[str], None]) -> dict:
+    """tokens/s medians per workload and row in one precision (a lower one: autocast for training, the weights in
+    that type for generation); see the module docstring for what is counted."""
+    device, new_tokens = torch.device(run.device), run.workloads.new_tokens
+
+    def build(name: str) -> torch.nn.Module:
+        return build_benchmark_model(name, run.config, run.attn_implementation).to(device)
+
+    built = {name: build(name) for name in run.models}
+    generators = built if dtype == torch.float32 else {name: build(name).to(dtype) for name in run.models}
+    compiled = [name for name in ("vanilla", "marian") if run.compiled and name in built]
+    with tempfile.TemporaryDirectory(prefix="benchmark-ctranslate2-") as folder:
+        exported = {}
+        if run.ctranslate2 and dtype == torch.float32 and "vanilla" in built:
+            exported = ctranslate2_fns(built["vanilla"], folder, device)
+        fns: dict[str, dict[str, Callable[[], None]]] = {}
+        for job, (batch, _, _, beams) in jobs.items():
+            if job == "train":  # a compiled row trains a second copy of the model, through `torch.compile`
+                fns[job] = {name: train_step_fn(name, model, batch, dtype) for name, model in built.items()}
+                fns[job] |= {
+                    f"{name}_compiled": training_step(name, run.config, batch, dtype, True, run.attn_implementation)
+                    for name in compiled
+                }
+            else:
+                fns[job] = {
+                    name: generate_fn(name, model, batch, new_tokens, beams)
+                    for name, model in generators.items()
+                    if beams == 1 or name != "torch"
+                }
+                fns[job] |= {
+                    f"{name}_compiled": generate_fn(name, generators[name], batch, new_tokens, beams, compiled=True)
+                    for name in compiled
+                }
+                fns[job] |= {name: translate_fn(batch, new_tokens, beams) for name, translate_fn in exported.items()}
+        results: dict[str, dict] = {}
+        for job, (_, tokens, flops, _) in jobs.items():
+            results[job] = time_workload(fns[job], device, run.repeats, tokens, flops)
+            log(
+                f"{job}: "
+                + ", ".join(f"{name} {result['tokens_per_second']:.0f} tok/s" for name, result in results[job].items())
+            )
     return results
 
 
@@ -246,90 +254,63 @@ def machine_description(device: str) -> str:
     return f"{cpu}, {torch.get_num_threads()} threads"
 
 
-def ratios(results: dict, reference: str = "marian", subject: str = "vanilla") -> dict[str, float]:
-    return {
-        job: by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
-        for job, by_model in results.items()
-        if subject in by_model and reference in by_model
-    }
-
-
 DTYPE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp16"}
 
 
-def ratio_columns(speed: dict) -> list[tuple[str, str]]:
-    """The (subject, reference) pairs the table divides, where both rows exist: ours against Marian in each
-    precision, each precision of ours (eager and compiled) against our fp32 eager, and the CTranslate2 exports
-    against our PyTorch decoding."""
+def speed_ratios(speed: dict) -> dict[str, dict[str, float]]:
+    """tokens/s of subject / reference per workload, keyed "subject / reference", for the pairs whose rows exist: ours
+    against Marian in each precision, each precision of ours (eager and compiled) against our fp32 eager, and the
+    CTranslate2 exports against our PyTorch decoding."""
     rows = {name for by_model in speed.values() for name in by_model}
     pairs = [(f"vanilla{suffix}", f"marian{suffix}") for suffix in DTYPE_SUFFIX.values()]
     pairs += [
         (f"vanilla{variant}{suffix}", "vanilla") for suffix in ("_bf16", "_fp16") for variant in ("", "_compiled")
     ]
     pairs += [(name, "vanilla") for name in CTRANSLATE2]
-    return [(subject, reference) for subject, reference in pairs if subject in rows and reference in rows]
+    return {
+        f"{subject} / {reference}": {
+            job: by_model[subject]["tokens_per_second"] / by_model[reference]["tokens_per_second"]
+            for job, by_model in speed.items()
+            if subject in by_model and reference in by_model
+        }
+        for subject, reference in pairs
+        if subject in rows and reference in rows
+    }
 
 
 def format_table(report: dict) -> str:
     """A Markdown table: tokens/s per model and workload with its share of the matmul peak of its precision, and the
-    ratios of `ratio_columns`."""
-    speed = report["speed"]
+    report's ratios (`speed_ratios`)."""
+    speed, ratios = report["speed"], report["ratios"]
     models = list(dict.fromkeys(name for by_model in speed.values() for name in by_model))
-    columns = ratio_columns(speed)
     header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " |"
-    header += "".join(f" {subject} / {reference} |" for subject, reference in columns)
-    lines = [header, "|" + "---|" * (len(models) + 1 + len(columns))]
-    column_ratios = [ratios(speed, reference, subject) for subject, reference in columns]
+    header += "".join(f" {pair} |" for pair in ratios)
+    lines = [header, "|" + "---|" * (len(models) + 1 + len(ratios))]
     for job, by_model in speed.items():
         cells = [
             f"{by_model[m]['tokens_per_second']:,.0f} ({by_model[m]['share_of_peak']:.1%})" if m in by_model else "n/a"
             for m in models
         ]
-        cells += [f"{by_job[job]:.2f}×" if job in by_job else "n/a" for by_job in column_ratios]
+        cells += [f"{by_job[job]:.2f}×" if job in by_job else "n/a" for by_job in ratios.values()]
         lines.append(f"| {job} | " + " | ".join(cells) + " |")
     if report.get("memory"):
         memory = report["memory"]
         cells = [f"{memory[m] / 2**20:,.0f} MiB" if m in memory else "n/a" for m in models]
-        lines.append("| peak training memory (fp32) | " + " | ".join(cells) + " |" + " n/a |" * len(columns))
+        lines.append("| peak training memory (fp32) | " + " | ".join(cells) + " |" + " n/a |" * len(ratios))
     return "\n".join(lines)
 
 
-def run_benchmark(
-    config: VanillaTransformerConfig,
-    workloads: Workloads | None = None,
-    models: tuple[str, ...] = MODELS,
-    repeats: int = 5,
-    device: str = "cpu",
-    dtypes: tuple[torch.dtype, ...] = (torch.float32,),
-    attn_implementation: str = "sdpa",
-    memory: bool = True,
-    log: Callable[[str], None] = print,
-    compiled: bool = True,
-    ctranslate2: bool = True,
-) -> dict:
-    """Everything the README's table needs: speeds in each of `dtypes` (bf16 and fp16 rows are named with a
-    suffix, `_bf16`: autocast for training, weights in that type for generation), the matmul peak of each, ratios,
-    peak training memory, the machine. CTranslate2 rows are measured with the float32 pass."""
-    workloads = workloads or Workloads()
-    device_type = torch.device(device)
-    peaks = {dtype: peak_matmul_flops(device_type, dtype) for dtype in dtypes}
+def run_benchmark(run: Benchmark, log: Callable[[str], None] = print) -> dict:
+    """Everything the README's table needs: speeds in each of `run.dtypes` (bf16 and fp16 rows are named with a
+    suffix, `_bf16`), the matmul peak of each, ratios, peak training memory, the machine."""
+    config, workloads, device = run.config, run.workloads, run.device
+    peaks = {dtype: peak_matmul_flops(torch.device(device), dtype) for dtype in run.dtypes}
     for dtype, peak in peaks.items():
         log(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({dtype}, {machine_description(device)})")
+    jobs = workload_inputs(config, workloads, torch.device(device))
     speed: dict[str, dict] = {}
-    for dtype in dtypes:
-        part = run_speed(
-            config,
-            workloads,
-            models,
-            repeats,
-            device,
-            dtype,
-            attn_implementation,
-            log,
-            compiled,
-            ctranslate2 and dtype == torch.float32,
-        )
-        for job, by_model in part.items():
+    for dtype in run.dtypes:
+        for job, by_model in speed_pass(run, dtype, jobs, log).items():
             for name, result in by_model.items():
                 result["dtype"] = str(dtype).removeprefix("torch.")
                 result["share_of_peak"] = result["flops_per_second"] / peaks[dtype]
@@ -339,20 +320,17 @@ def run_benchmark(
         "machine": machine_description(device),
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
-        "dtypes": [str(dtype).removeprefix("torch.") for dtype in dtypes],
-        "attn_implementation": attn_implementation,
+        "dtypes": [str(dtype).removeprefix("torch.") for dtype in run.dtypes],
+        "attn_implementation": run.attn_implementation,
         "config": {k: getattr(config, k) for k in REPORTED_CONFIG},
         "workloads": workloads.__dict__,
-        "repeats": repeats,
+        "repeats": run.repeats,
         "peak_flops_per_second": {str(dtype).removeprefix("torch."): peak for dtype, peak in peaks.items()},
         "speed": speed,
-        # subject / reference per workload: ours / Marian in each precision, bf16 / fp32, CTranslate2 / ours
-        "ratios": {
-            f"{subject} / {reference}": ratios(speed, reference, subject) for subject, reference in ratio_columns(speed)
-        },
+        "ratios": speed_ratios(speed),
     }
-    if memory:
-        report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in models}
+    if run.memory:
+        report["memory"] = {name: peak_training_memory(name, config, workloads, device) for name in run.models}
         log("peak training memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in report["memory"].items()))
     return report
 

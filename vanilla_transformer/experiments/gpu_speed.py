@@ -21,7 +21,6 @@ It writes `gpu-speed.json` and `gpu-speed.md` (one Markdown table, every figure 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..errors import VanillaTransformerError
-from .benchmark import machine_description, peak_matmul_flops, training_flops
+from .benchmark import machine_description, peak_matmul_flops, time_workload, training_flops
 from .benchmark_models import (
     build_benchmark_model,
     ctranslate2_fns,
@@ -92,43 +91,37 @@ class GpuCheck:
         )
 
 
-def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 1) -> float:
-    """The median seconds of `repeats` calls of `fn`, after `warmup` calls (`measure`)."""
-    measure(fn, device, warmup=warmup)
-    return statistics.median(measure(fn, device, warmup=0) for _ in range(repeats))
-
-
 def train_rows(check: GpuCheck, device: torch.device, peak: float, log=print) -> list[dict]:
     """The training step of each preset, ours and Marian, eager and compiled: target tokens/s and MFU."""
     rows = []
     for preset in check.presets:
         config = vanilla_config(preset, vocab_size=check.vocab_size)
         batch = random_batch(check.train_pairs, check.train_length, check.train_length, config.vocab_size, 0, device)
-        targets = int((batch["labels"] != -100).sum())
-        flops = training_flops(config, batch)
-        times = {}
-        modes = (False, True) if preset in check.compiled_presets else (False,)
-        for name in ("vanilla", "marian"):
-            for compiled in modes:
-                step = training_step(name, config, batch, torch.bfloat16, compiled)
-                # two warm-up calls compile, and warm the allocator and cuBLAS
-                times[name, compiled] = median_seconds(step, device, check.repeats, warmup=2)
-                del step
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-        for compiled in modes:
-            ours, marian = times["vanilla", compiled], times["marian", compiled]
+        suffixes = ("", "_compiled") if preset in check.compiled_presets else ("",)
+        steps = {
+            f"{name}{suffix}": training_step(name, config, batch, torch.bfloat16, bool(suffix))
+            for suffix in suffixes
+            for name in ("vanilla", "marian")
+        }
+        targets, flops = int((batch["labels"] != -100).sum()), training_flops(config, batch)
+        # three calls before the timed ones compile, and warm the allocator and cuBLAS
+        timed = time_workload(steps, device, check.repeats, targets, flops, warmup=3)
+        del steps
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        for suffix in suffixes:
+            ours, marian = timed[f"vanilla{suffix}"], timed[f"marian{suffix}"]
             rows.append(
                 {
                     "measure": f"training step, paper-{preset}" if preset in ("base", "big") else f"training, {preset}",
                     "settings": f"{check.train_pairs} pairs × {check.train_length}+{check.train_length} tokens, bf16 "
-                    f"autocast, fused Adam, sdpa{', torch.compile' if compiled else ''}",
-                    "ours": targets / ours,
-                    "marian": targets / marian,
+                    f"autocast, fused Adam, sdpa{', torch.compile' if suffix else ''}",
+                    "ours": ours["tokens_per_second"],
+                    "marian": marian["tokens_per_second"],
                     "unit": "target tokens/s",
-                    "ours_over_marian": marian / ours,
-                    "mfu": flops / ours / peak,
-                    "marian_mfu": flops / marian / peak,
+                    "ours_over_marian": ours["tokens_per_second"] / marian["tokens_per_second"],
+                    "mfu": ours["flops_per_second"] / peak,
+                    "marian_mfu": marian["flops_per_second"] / peak,
                     "goal": GOALS.get(preset, ""),
                 }
             )
@@ -141,27 +134,29 @@ def decoding_rows(check: GpuCheck, device: torch.device, sources: list[str], tok
     config = vanilla_config("base", vocab_size=len(tokenizer))
     inputs = tokenizer(sources[: check.generate_batch], return_tensors="pt", padding=True, truncation=False)
     inputs = {name: inputs[name].to(device) for name in ("input_ids", "attention_mask")}
-    model = build_benchmark_model("vanilla", config).to(device, torch.bfloat16)
-    decode = generate_fn("vanilla", model, inputs, check.new_tokens, check.num_beams)
-    seconds = median_seconds(decode, device, check.repeats)
-    tokens = check.generate_batch * check.new_tokens
+    model = build_benchmark_model("vanilla", config).to(device)  # exported in float32, then decoding in bf16
+    compute_type = "float16" if device.type == "cuda" else "int8"
+    ctranslate2, tokens = f"ctranslate2_{compute_type}", check.generate_batch * check.new_tokens
+    speed = {ctranslate2: {"unit": ""}}
+    with tempfile.TemporaryDirectory(prefix="gpu-speed-ctranslate2-") as scratch:  # the export, removed after timing
+        try:
+            exported = ctranslate2_fns(model, scratch, device, {ctranslate2: compute_type})
+        except (ImportError, RuntimeError, ValueError) as error:  # no wheel for this machine, or no CUDA build of it
+            exported, speed[ctranslate2]["note"] = {}, str(error)
+        model.to(torch.bfloat16)
+        decode = {"vanilla": generate_fn("vanilla", model, inputs, check.new_tokens, check.num_beams)}
+        decode |= {name: fn(inputs, check.new_tokens, check.num_beams) for name, fn in exported.items()}
+        for name, result in time_workload(decode, device, check.repeats, tokens, warmup=2).items():
+            speed[name] = {"ours": result["tokens_per_second"], "unit": "new tokens/s"}
     longest = inputs["input_ids"].shape[1]
     settings = (
         f"paper-base, batch {check.generate_batch} newstest2014 sources ({longest} tokens at most), beam "
         f"{check.num_beams}, α 0.6, {check.new_tokens} new tokens each"
     )
-    rows = [{"measure": "generate(), bf16", "settings": settings, "ours": tokens / seconds, "unit": "new tokens/s"}]
-    compute_type = "float16" if device.type == "cuda" else "int8"
-    with tempfile.TemporaryDirectory(prefix="gpu-speed-ctranslate2-") as scratch:  # the export, removed after timing
-        try:
-            exported = ctranslate2_fns(model.float(), scratch, device, {f"ctranslate2_{compute_type}": compute_type})
-        except (ImportError, RuntimeError, ValueError) as error:  # no wheel for this machine, or no CUDA build of it
-            result = {"unit": "", "note": str(error)}
-        else:
-            [translate_fn] = exported.values()
-            seconds = median_seconds(translate_fn(inputs, check.new_tokens, check.num_beams), device, check.repeats)
-            result = {"ours": tokens / seconds, "unit": "new tokens/s"}
-    rows.append({"measure": f"CTranslate2 {compute_type}", "settings": settings, **result})
+    rows = [
+        {"measure": "generate(), bf16", "settings": settings, **speed["vanilla"]},
+        {"measure": f"CTranslate2 {compute_type}", "settings": settings, **speed[ctranslate2]},
+    ]
     for row in rows:
         log(json.dumps(row))
     return rows

@@ -138,28 +138,6 @@ def curve_status(record: dict) -> tuple[str, str]:
     return "plateau", f"plateau: {rise:+.1f} dev BLEU over the last quarter"
 
 
-COLUMNS = (
-    "row",
-    "changes",
-    "parameters (M)",
-    "train steps",
-    "dev PPL",
-    "dev BLEU",
-    "test BLEU",
-    "dev BLEU (tok.)",
-    "test BLEU (tok.)",
-    "seeds",
-    "Δ test BLEU, seed 0 [95% CI]",
-    "paper Δ BLEU",
-    "agrees with paper",
-    "curve",
-    "wall (min)",
-    "paper PPL",
-    "paper BLEU",
-    "paper params (M)",
-)
-
-
 def variants(records: list[dict]) -> list[list[dict]]:
     """The records grouped by row, its seeds together (same group and changes; seed 0 first), in the order the rows
     first come; the learning-rate sweep's rows are left out (`write_table` shows them apart)."""
@@ -228,7 +206,7 @@ def table_rows(records: list[dict]) -> list[dict]:
     names = {seeds[0]["row"]["name"] for seeds in grouped}
     if "big" not in names and names & (set(PAPER_ROWS) - {"big"}):
         paper = PAPER_ROWS["big"]
-        reference = {column: "" for column in COLUMNS}
+        reference = dict.fromkeys(lines[0], "")
         reference.update({"row": "big (paper)", "changes": PAPER_BIG})
         reference.update({"paper Δ BLEU": f"{paper[1] - PAPER_BASE[1]:+.1f}", "paper PPL": paper[0]})
         reference.update({"paper BLEU": paper[1], "paper params (M)": paper[2]})
@@ -308,12 +286,13 @@ def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
 
     table = table_rows(records)
     paths = {kind: output_dir / f"table3.{kind}" for kind in ("md", "csv", "png")}
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(str(cells[column]) for column in COLUMNS) + " |" for cells in table]
+    columns = list(table[0])  # the grid's records hold at least one row besides the sweep's (`table_from_records`)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(cell) for cell in cells.values()) + " |" for cells in table]
     with staged_file(paths["md"], flag="table3.md") as staging:
         staging.write_text("\n".join(lines + sweep_lines(records)) + "\n")
     with staged_file(paths["csv"], flag="table3.csv") as staging, open(staging, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
+        writer = csv.DictWriter(handle, columns)
         writer.writeheader()
         writer.writerows(table)
 
