@@ -329,3 +329,15 @@ def test_the_pinned_sums_are_those_of_the_official_files(multi30k):
             checked.append(name)
     assert len(checked) >= 16  # train, valid, test2016 and test2017, en and de, raw and tokenized
     assert holds_multi30k(multi30k)
+
+
+def test_a_recorded_corpus_name_is_the_same_corpus_however_it_is_written(multi30k, tmp_path, monkeypatch):
+    """`same_corpus`, which a resume and a release compare recorded corpora with: a folder of the official files is
+    "multi30k" (runs recorded it so before it had a name), a path written another way is the same, others are not."""
+    from vanilla_transformer.data.corpora import same_corpus
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    assert same_corpus("multi30k", str(multi30k)) and same_corpus(str(multi30k), "multi30k")
+    assert same_corpus("corpus", str(tmp_path / "corpus")) and same_corpus("wmt14", "wmt14")
+    assert not same_corpus("multi30k", "corpus") and not same_corpus("corpus", "wmt14")

@@ -18,7 +18,7 @@ from ..errors import DataError
 from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
-from .multi30k import MULTI30K, MULTI30K_ENV, multi30k_dir
+from .multi30k import MULTI30K, MULTI30K_ENV, holds_multi30k, multi30k_dir
 from .staging import partial_path, remove_killed_partials
 from .text import check_text_file, count_lines, file_sha256, iter_lines
 
@@ -182,6 +182,16 @@ def local_corpus(corpus: str) -> Path | None:
         return None
     path = Path(corpus).expanduser()
     return path.resolve() if path.exists() else None
+
+
+def same_corpus(name: str, other: str) -> bool:
+    """Whether two corpus names (as preset.json records them) name one corpus: equal, the same file or folder written
+    another way, or `"multi30k"` and a folder of its official files (as runs recorded it before it had a name)."""
+    if name == other:
+        return True
+    if MULTI30K in (name, other):
+        return holds_multi30k(str(other if name == MULTI30K else name))
+    return Path(name).exists() and Path(other).exists() and Path(name).samefile(other)
 
 
 def corpus_sha256(corpus: str) -> str | None:

@@ -164,6 +164,24 @@ def aligned_text_files(corpus: Path, split: str, source_lang: str, target_lang: 
     return paths
 
 
+def stream_problems(corpus: str, split: str, source_lang: str, target_lang: str) -> list[str]:
+    """Why `corpus` cannot be streamed: the built-in corpus (made in memory), a TSV file (split by its own rule and
+    read whole), and a folder whose `split` files are not line-aligned (`aligned_text_files`)."""
+    if corpus == BUILTIN:
+        return ["--streaming reads files or a datasets name; the built-in corpus is made in memory: leave it out."]
+    path = Path(corpus).expanduser()
+    if path.is_file():
+        return [
+            f"--streaming reads a folder of line-aligned split.lang files or a datasets name; {corpus} is a TSV file, "
+            "split by its own rule and read whole: leave out --streaming."
+        ]
+    try:
+        aligned_text_files(path, split, source_lang, target_lang)
+    except (DataError, FileNotFoundError) as error:
+        return [str(error)]
+    return []
+
+
 class StreamingTokenBatches(IterableDataset):
     """An endless stream of token-budget batches (§5.1) from a folder of line-aligned `{split}.{lang}` files (or
     `"multi30k"`), or a `datasets` corpus streamed with `load_dataset(..., streaming=True)`.

@@ -21,13 +21,12 @@ from pathlib import Path
 from datasets import Dataset
 
 from ..data.batching import DEFAULT_BUFFER_PAIRS, dataset_lengths, longest_pair_problem
-from ..data.corpora import BUILTIN, MULTI30K, corpus_languages, corpus_location, local_corpus
+from ..data.corpora import corpus_languages, corpus_location, local_corpus, same_corpus
 from ..data.corpora import corpus_sha256 as content_digest
-from ..data.multi30k import holds_multi30k
-from ..data.streaming import aligned_text_files
+from ..data.streaming import stream_problems
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
-from ..errors import DataError, SettingsError, UsageError
+from ..errors import SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from ..files.outputs import check_not_an_input, check_output_folder
 from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
@@ -268,19 +267,7 @@ def _model_problems(preset: TrainingPreset, trainer: bool) -> list[str]:
 def _streaming_problems(settings: TrainingSettings) -> list[str]:
     """What `--streaming` cannot do: learn a BPE, batches of pairs, a first-N selection, the built-in corpus or a
     TSV file, and a folder whose training files are not line-aligned."""
-    found, corpus = [], settings.preset.corpus
-    if corpus == BUILTIN:
-        found.append("--streaming reads files or a datasets name; the built-in corpus is made in memory: leave it out.")
-    elif Path(corpus).expanduser().is_file():
-        found.append(
-            f"--streaming reads a folder of line-aligned split.lang files or a datasets name; {corpus} is a TSV file, "
-            "split by its own rule and read whole: leave out --streaming."
-        )
-    elif Path(corpus).expanduser().is_dir():  # before anything is written: a stream meets a lost line only at its end
-        try:
-            aligned_text_files(Path(corpus).expanduser(), "train", settings.source_lang, settings.target_lang)
-        except (DataError, FileNotFoundError) as error:
-            found.append(str(error))
+    found = stream_problems(settings.preset.corpus, "train", settings.source_lang, settings.target_lang)
     if settings.tokenizer_path is None and not (settings.output_dir / "tokenizer" / "tokenizer.json").is_file():
         found.append(
             "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
@@ -390,12 +377,8 @@ def _raise(found: list[str]) -> None:
 
 def same_setting(name: str, value: object, other: object) -> bool:
     """Whether two values of a preset field (as `preset.json` holds them) mean the same thing."""
-    if name == "corpus" and value != other and MULTI30K in (value, other):
-        # a run recorded before Multi30k had a name holds the path of a folder of its files (../shared/data/multi30k)
-        return holds_multi30k(str(other if value == MULTI30K else value))
-    if name == "corpus" and value != other and Path(str(value)).exists():
-        # the same file or folder written another way (absolute, or relative to another directory)
-        return Path(str(other)).exists() and Path(str(value)).samefile(str(other))
+    if name == "corpus" and value is not None and other is not None:
+        return same_corpus(str(value), str(other))
     return value == other
 
 
