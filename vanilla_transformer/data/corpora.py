@@ -3,7 +3,6 @@ transformers' translation examples and of `wmt14` on the Hub (the sources: `load
 
 import hashlib
 import json
-import logging
 import os
 import re
 from functools import lru_cache
@@ -21,8 +20,6 @@ from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, holds_multi30k, multi30k_dir
 from .staging import partial_path, remove_killed_partials
 from .text import check_text_file, count_lines, file_sha256, iter_lines
-
-logger = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
 # names that corpora give their validation split: the one a corpus has is used whichever of them is asked for

@@ -1,7 +1,6 @@
 """The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
-import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -34,8 +33,6 @@ from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_le
 from .presets import TrainingPreset
 from .settings import TrainingSettings, check_record, check_tokenized, write_record
 from .trainer import VanillaTransformerTrainer
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
