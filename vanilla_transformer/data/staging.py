@@ -33,6 +33,14 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def remove_path(path: Path) -> None:
+    """Remove a file, a link (not what it points to) or a folder with all it holds, whichever `path` is."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def partial_path(path: Path) -> Path:
     """Where this process writes `path` before renaming it into place: a hidden name beside it."""
     return path.with_name(f".{path.name}.{writer_tag()}{PARTIAL_SUFFIX}")
@@ -49,10 +57,7 @@ def remove_killed_partials(folder: Path) -> list[Path]:
         match = _PARTIAL.match(path.name)
         if not match or (match.group(2) not in (None, host)) or process_alive(int(match.group(3))):
             continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        remove_path(path)
         logger.warning("removed %s, left by a process that was killed while writing it", path)
         removed.append(path)
     return removed

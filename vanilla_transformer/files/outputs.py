@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..data.staging import process_alive, writer_tag
+from ..data.staging import process_alive, remove_path, writer_tag
 from ..errors import OutputError, VanillaTransformerError
 
 logger = logging.getLogger(__name__)
@@ -206,13 +206,6 @@ def fsync_directory(folder: str | Path) -> None:
         os.close(descriptor)
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def remove_abandoned_staging(destination: PathLike) -> list[Path]:
     """Remove the hidden staged and replaced copies of `destination` that a killed command left: those whose writer
     (`data.staging.writer_tag`) ran on this host and is gone, and those of older versions that named none. Returns
@@ -234,7 +227,7 @@ def remove_abandoned_staging(destination: PathLike) -> list[Path]:
         writer_host, pid = match.group(1), match.group(2)
         if writer_host is not None and (writer_host != host or process_alive(int(pid))):
             continue
-        _remove(path)
+        remove_path(path)
         logger.warning("removed %s, left by a run that was killed while writing %s", path, destination)
         removed.append(path)
     return removed
@@ -269,7 +262,7 @@ def _replace_folder(staging: Path, destination: Path) -> None:
         raise
     fsync_directory(destination.parent)
     if replaced is not None:
-        _remove(replaced)
+        remove_path(replaced)
 
 
 def begin_staged_folder(destination: PathLike, name: str | None = None) -> Path:
