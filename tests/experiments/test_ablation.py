@@ -31,7 +31,7 @@ from vanilla_transformer.experiments.ablation import (
 from vanilla_transformer.experiments.grid_records import (
     GridSettings,
     RecordFolder,
-    check_output_folder,
+    check_grid_folder,
     grid_settings,
     record_text,
 )
@@ -126,14 +126,14 @@ def test_a_grid_row_with_a_misspelt_key_or_no_changes_is_refused_by_the_command(
 
 def test_a_grid_folder_refuses_other_settings_and_strangers_folders(tmp_path):
     preset, settings = get_training_preset("demo"), GridSettings()
-    check_output_folder(tmp_path / "grid", preset, settings)
-    check_output_folder(tmp_path / "grid", preset, GridSettings(threads=4))  # threads change no result
+    check_grid_folder(tmp_path / "grid", preset, settings)
+    check_grid_folder(tmp_path / "grid", preset, GridSettings(threads=4))  # threads change no result
     with pytest.raises(ValueError, match=r"other settings \(preset.max_steps differ\)"):
-        check_output_folder(tmp_path / "grid", get_training_preset("demo", max_steps=10), settings)
+        check_grid_folder(tmp_path / "grid", get_training_preset("demo", max_steps=10), settings)
     (tmp_path / "thesis").mkdir()
     (tmp_path / "thesis" / "chapter1.tex").write_text("months of work\n")
     with pytest.raises(ValueError, match="not empty and holds no grid of ours"):
-        check_output_folder(tmp_path / "thesis", preset, settings)
+        check_grid_folder(tmp_path / "thesis", preset, settings)
     assert [p.name for p in (tmp_path / "thesis").iterdir()] == ["chapter1.tex"]
 
 

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> None:
     from ..data.corpora import corpus_languages
     from ..errors import UsageError
     from ..experiments.ablation import load_grid, run_grid, table3_grid, table_from_records
-    from ..experiments.grid_records import GridSettings, RecordFolder, check_output_folder, grid_settings
+    from ..experiments.grid_records import GridSettings, RecordFolder, check_grid_folder, grid_settings
     from ..training.presets import preset_from_arguments
 
     if args.table_only:
@@ -119,6 +119,6 @@ def run(args: argparse.Namespace) -> None:
     settings = GridSettings(source_lang, target_lang, args.test_split, args.eval_samples, args.threads, factors)
     if args.records:  # refused before the output folder is made: records of another recipe are named first
         RecordFolder(args.records, grid_settings(preset, settings))
-    check_output_folder(args.output_dir, preset, settings)
+    check_grid_folder(args.output_dir, preset, settings)
     run_grid(preset, rows, args.output_dir, settings, jobs=args.jobs, records_dir=args.records, seeds=args.seeds)
     print(f"the table: {args.output_dir}/table3.md (and .csv, .png, table3_curves.png)")

@@ -56,7 +56,7 @@ def settings_differ(wanted: dict, recorded: dict) -> list[str]:
     )
 
 
-def check_output_folder(output_dir: str | Path, preset: TrainingPreset, settings: GridSettings) -> None:
+def check_grid_folder(output_dir: str | Path, preset: TrainingPreset, settings: GridSettings) -> None:
     """Make `output_dir` a grid's folder, or accept it as the same grid's: a folder with other settings in its
     `ablation.json` is refused (its rows would not compare), and so is a non-empty folder without one."""
     folder = Path(output_dir)
@@ -75,8 +75,8 @@ def check_output_folder(output_dir: str | Path, preset: TrainingPreset, settings
             f"--output-dir {folder} is not empty and holds no grid of ours (no {GRID_RECORD}); give a new or empty "
             f"folder."
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(wanted, indent=2) + "\n")
+    # whole or not at all: a half-written record would stop every later start of this grid with a JSON error
+    write_text_atomic(record, json.dumps(wanted, indent=2) + "\n", "--output-dir")
 
 
 def plain(value: object) -> object:
