@@ -138,6 +138,12 @@ def curve_status(record: dict) -> tuple[str, str]:
     return "plateau", f"plateau: {rise:+.1f} dev BLEU over the last quarter"
 
 
+def row_status(seeds: list[dict]) -> tuple[str, str]:
+    """A row's `curve_status`: that of its first seed that diverged, else seed 0's."""
+    statuses = [curve_status(record) for record in seeds]
+    return next((status for status in statuses if status[0] == "diverged"), statuses[0])
+
+
 def variants(records: list[dict]) -> list[list[dict]]:
     """The records grouped by row, its seeds together (same group and changes; seed 0 first), in the order the rows
     first come; the learning-rate sweep's rows are left out (`write_table` shows them apart)."""
@@ -162,7 +168,7 @@ def table_rows(records: list[dict]) -> list[dict]:
     """The table's cells, one line per row with its seeds together (mean ± sd), then the paper's "big" row as a
     reference when the grid has rows of the paper's Table 3 but no "big" row. Δ is the row's test BLEU minus the base
     row's, both of seed 0, with its `paired_bootstrap` interval; the paper's Δ is its dev BLEU minus its base's 25.8.
-    The curve column is `curve_status` of seed 0, or of the first seed that diverged."""
+    The curve column is `row_status`."""
     lines = []
     grouped = variants(records)
     base = next((seeds for seeds in grouped if seeds[0]["row"]["group"] == "base"), None)
@@ -175,8 +181,6 @@ def table_rows(records: list[dict]) -> list[dict]:
         delta = None
         if pairable and first.get("test_bleu_statistics"):
             delta = paired_bootstrap(base[0]["test_bleu_statistics"], first["test_bleu_statistics"])
-        statuses = [curve_status(record) for record in seeds]
-        status = next((words for kind, words in statuses if kind == "diverged"), statuses[0][1])
         lines.append(
             {
                 "row": name,
@@ -196,7 +200,7 @@ def table_rows(records: list[dict]) -> list[dict]:
                 "agrees with paper": agreement(
                     paper_delta, *((delta["low"], delta["high"]) if delta is not None else (None, None))
                 ),
-                "curve": status,
+                "curve": row_status(seeds)[1],
                 "wall (min)": f"{statistics.mean(record['wall_seconds'] for record in seeds) / 60:.1f}",
                 "paper PPL": "" if paper[0] is None else paper[0],
                 "paper BLEU": "" if paper[1] is None else paper[1],
@@ -237,7 +241,7 @@ def sweep_lines(records: list[dict]) -> list[str]:
 
 def write_curves(records: list[dict], path: Path) -> Path:
     """`table3_curves.png`: one panel per row (the sweep's too) with every seed's dev BLEU curve and seed 0's training
-    loss, titled with the row's `curve_status` (red if diverged, orange if still rising)."""
+    loss, titled with the row's `row_status` (red if diverged, orange if still rising)."""
     from matplotlib.figure import Figure
 
     from ..files.outputs import staged_file
@@ -260,8 +264,7 @@ def write_curves(records: list[dict], path: Path) -> Path:
             twin.plot(*zip(*losses, strict=True), color="tab:gray", linewidth=0.8)
             twin.set_ylabel("train loss", fontsize=7, color="tab:gray")
             twin.tick_params(labelsize=7)
-        kind, words = curve_status(seeds[0])
-        kind = next((k for k, _ in map(curve_status, seeds) if k == "diverged"), kind)
+        kind, words = row_status(seeds)
         axis.set_title(f"{seeds[0]['row']['name']}\n{words}", fontsize=8, color=colors.get(kind, "black"))
         axis.set_xlabel("update", fontsize=7)
         axis.set_ylabel("dev BLEU (greedy)", fontsize=7)
