@@ -109,16 +109,17 @@ def time_workload(
     for repeat in range(repeats):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             seconds[name].append(measure(fns[name], device, warmup=0))
-    return {
-        name: {
-            "median_seconds": statistics.median(times),
-            "tokens_per_second": tokens / statistics.median(times),
-            "flops_per_second": flops / statistics.median(times),
+    results = {}
+    for name, times in seconds.items():
+        median = statistics.median(times)
+        results[name] = {
+            "median_seconds": median,
+            "tokens_per_second": tokens / median,
+            "flops_per_second": flops / median,
             "seconds": times,
             "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
         }
-        for name, times in seconds.items()
-    }
+    return results
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def score_split(model, tokenizer, preset: TrainingPreset, split: str, settings: 
 
 def dev_curve(log_history: list[dict]) -> list[dict]:
     """The dev evaluations the run logged (greedy, `eval_steps` apart): step, dev BLEU and dev loss (None where not
-    finite). None is added: an evaluation would change nothing of the training but its time."""
+    finite). Only what training logged: an evaluation added here would cost time and change nothing."""
     return [
         {"step": entry["step"], "bleu": plain(entry["eval_bleu"]), "loss": plain(entry.get("eval_loss"))}
         for entry in log_history
