@@ -12,6 +12,11 @@ cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
     if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
+if ! "$PYTHON" -c "import torch, transformers, pytest" 2>/dev/null; then
+    echo "error: $PYTHON cannot import torch, transformers and pytest: set PYTHON= to an interpreter that has them" \
+        "(e.g. PYTHON=.venv/bin/python after 'bash scripts/run.sh test')" >&2
+    exit 2
+fi
 export RUN_CUDA=1 RUN_SLOW=1 HF_HUB_OFFLINE=1
 # cuBLAS reads it when torch first creates its handle; the checkpoint test runs with deterministic algorithms
 export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"

@@ -20,15 +20,15 @@ case "${1:-check}" in
 check)
     PYTHON="$PYTHON" bash scripts/gpu_check.sh 2>&1 | tee "$OUT/gpu_check.log"
     nvidia-cuda-mps-control -d || true  # the grid's processes share the GPU
-    "$PYTHON" -m vanilla_transformer.experiments.gpu_speed --device cuda --sources gpu-data/newstest2014.en \
-        --output-dir "$OUT" --docs docs/speed.md 2>&1 | tee "$OUT/gpu_speed.log"
+    "$PYTHON" scripts/gpu_speed.py --device cuda --sources gpu-data/newstest2014.en \
+        --output-dir "$OUT/speed" --docs docs/speed.md 2>&1 | tee "$OUT/gpu_speed.log"
     cp docs/speed.md "$OUT/speed.md"
     ;;
 grid)
     nvidia-cuda-mps-control -d || true
     export VANILLA_TRANSFORMER_MULTI30K="$PWD/gpu-data/multi30k"
     # the records of rows finished in earlier GPU runs are in docs/table3/records: only the rest trains
-    timeout "${GRID_SECONDS:-480}" "$PYTHON" -m vanilla_transformer ablate --preset multi30k --lr-factors 1.265,2.53 \
+    timeout "${GRID_SECONDS:-480}" "$PYTHON" scripts/table3.py --preset multi30k --lr-factors 1.265,2.53 \
         --seeds 3 --jobs 11 --threads 1 --test-split test2016 --records docs/table3/records \
         --output-dir "$OUT/grid" 2>&1 | tail -n 200 > "$OUT/grid.log" || true
     tar -czf "$OUT/records.tgz" docs/table3/records 2>/dev/null || true

@@ -38,7 +38,7 @@ shift || true
 case "$job" in
     demo)
         setup
-        HF_HUB_OFFLINE=1 "$PY" scripts/quickstart.py "$@"
+        HF_HUB_OFFLINE=1 "$PY" -m vanilla_transformer demo "$@"
         ;;
     test)
         setup

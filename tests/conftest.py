@@ -1,8 +1,8 @@
 import atexit
 import contextlib
+import importlib
 import io
 import os
-import runpy
 import shutil
 import subprocess
 import sys
@@ -154,10 +154,14 @@ def builtin_tokenizer():
     return train_joint_bpe([p["en"] for p in pairs] + [p["de"] for p in pairs], vocab_size=600)
 
 
-def script_main(script: str) -> Callable[[list[str]], None]:
-    """The `main(argv)` of `scripts/<script>.py`."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{script}.py"
-    return runpy.run_path(str(path), run_name="script")["main"]
+def command_main(command: str) -> Callable[[list[str]], None]:
+    """The `main(argv)` of `vanilla-transformer COMMAND`, or of the lab's `scripts/<command>.py` (on the path: see
+    pyproject's pytest settings)."""
+    from vanilla_transformer.cli.main import COMMANDS, main, run_script
+
+    if command in COMMANDS:
+        return lambda argv: main([command, *argv])
+    return lambda argv: run_script(importlib.import_module(command), argv)
 
 
 def run_in_process(

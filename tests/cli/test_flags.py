@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_in_process, script_main, tiny_model
+from conftest import command_main, run_in_process, tiny_model
 
 from vanilla_transformer.cli.arguments import available_devices, device
 from vanilla_transformer.cli.main import _run, _set_up, build_parser, main, user_error_message
@@ -137,11 +137,6 @@ REFUSED = [
     (["push", "DIR", "--repo-id", "model"], "--repo-id", "'model'", "namespace/name"),
     (["push", "DIR", "--repo-id", "me/my model"], "--repo-id", "'me/my model'", "namespace/name"),
     (["download-multi30k", "--data-dir", "FILE"], "--data-dir", "FILE", "is a file, not a folder"),
-    (["benchmark", "--repeats", "0"], "--repeats", "0", "give 1 or more"),
-    (["benchmark", "--vocab-size", "3"], "--vocab-size", "3", "give 4 or more"),
-    (["benchmark", "--models", "vanilla,fairseq"], "--models", "'vanilla,fairseq'", "subset of vanilla,marian,torch"),
-    (["benchmark", "--device", "tpu"], "--device", "'tpu'", "give one of cpu"),
-    (["benchmark", "--output", "MISSING/report.json"], "--output", "MISSING/report.json", "create it first"),
 ]
 
 
@@ -170,7 +165,6 @@ def test_values_at_the_edges_are_accepted(paths):
     assert args.length_penalties == [0.6, 1.0]
     assert parse(["demo", "--max-steps", "3"]).max_steps == 3
     assert parse(["plot-attention", "--model", "m", "--sentence", "s", "--layers", "0", "3"]).layers == [0, 3]
-    assert parse(["benchmark", "--models", "vanilla,torch"]).models == "vanilla,torch"  # run() splits it
 
 
 def test_every_number_and_path_flag_is_checked():
@@ -287,9 +281,9 @@ def test_main_maps_a_run_time_user_error_to_status_2(tmp_path, capsys):
 # --- the real command line ------------------------------------------------------------------------------------------
 
 
-def cli(*argv: str, cwd: Path, script: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m vanilla_transformer ARGV` (or `python scripts/SCRIPT ARGV`) in `cwd`, in this process."""
-    return run_in_process(script_main(script.removesuffix(".py")) if script else main, argv, cwd)
+def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m vanilla_transformer ARGV` in `cwd`, in this process."""
+    return run_in_process(main, argv, cwd)
 
 
 def real_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -322,11 +316,12 @@ def test_the_command_line_refuses_flags_before_any_work(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_command_line_and_scripts_end_a_user_error_in_one_line_or_debug_it(tmp_path):
+def test_the_command_line_and_lab_scripts_end_a_user_error_in_one_line_or_debug_it(tmp_path):
     (tmp_path / "run").mkdir()  # a run folder without checkpoints
     argv = ["--run-dir", "run", "--output-dir", "averaged", "--last", "2"]
     assert_one_line_error(cli("average", *argv, cwd=tmp_path), "has 0 checkpoints", "lower --last")
-    assert_one_line_error(cli(*argv, cwd=tmp_path, script="average_checkpoints.py"), "has 0 checkpoints")
+    # the lab's scripts end theirs the same way
+    assert_one_line_error(run_in_process(command_main("gpu_speed"), ["--device", "tpu"], tmp_path), "not a device")
     done = real_cli("--debug", "average", *argv, cwd=tmp_path)  # the interpreter prints the traceback
     assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
     assert "ModelFolderError: " in done.stderr and "has 0 checkpoints" in done.stderr

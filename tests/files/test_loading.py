@@ -1,10 +1,9 @@
 """Corrupt and foreign model folders: every fault is injected into a real saved folder, loaded through the command
-lines (translate.py, evaluate_bleu.py) and the package (averaging), and must raise an error naming the file and the
+lines (translate, evaluate) and the package (averaging), and must raise an error naming the file and the
 problem. A pickle is never unpickled. Weights that cannot be right although their file is intact (NaN, Inf, flipped
 exponent bits, tensors removed, added or reshaped) and a tokenizer that is not the model's are refused too, and
 `translate` stops on a model that reaches it anyway."""
 
-import importlib.util
 import inspect
 import io
 import json
@@ -12,9 +11,7 @@ import math
 import os
 import pickle
 import re
-import runpy
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from huggingface_hub import HfApi
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenization import tokenizer_fingerprint, train_joint_bpe
 from vanilla_transformer.errors import ModelFolderError
@@ -41,13 +39,6 @@ from vanilla_transformer.training.presets import TRAINING_PRESETS
 from vanilla_transformer.training.run import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def command_error(capsys, run) -> str:
@@ -301,7 +292,7 @@ def test_faults_are_named_by_translate_and_evaluate(fault, good_folder, tmp_path
 
     # the command prints the message, not a traceback
     argv = ["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"]
-    error = command_error(capsys, lambda: load_script("translate").main(argv))
+    error = command_error(capsys, lambda: main(["translate", *argv]))
     assert re.search(f"^error: .*{message}", error), error
     assert file_name in error and str(folder) in error
     with pytest.raises(ModelFolderError, match=message):
@@ -395,9 +386,7 @@ def test_the_intact_folder_loads_and_translates(good_folder, tmp_path, capsys):
     model, tokenizer = load_model_and_tokenizer(good_folder)
     assert model.config.vocab_size == len(tokenizer) == 600
     (tmp_path / "in.en").write_text("a dog runs .\n\n")
-    load_script("translate").main(
-        ["--model", str(good_folder), "--input", str(tmp_path / "in.en"), "--num-beams", "1", "--device", "cpu"]
-    )
+    main(["translate", "--model", str(good_folder), "--input", str(tmp_path / "in.en"), "--num-beams", "1"])
     assert capsys.readouterr().out.count("\n") == 2
 
 
@@ -427,16 +416,13 @@ def test_a_pickle_is_named_and_never_unpickled(good_folder, tmp_path, monkeypatc
 
     expected = r"pytorch_model.bin holds the weights as a pickle .* has no model.safetensors"
     argv = ["--model", str(folder), "--input", str(tmp_path / "test.en"), "--device", "cpu"]
-    error = command_error(capsys, lambda: load_script("translate").main(argv))
+    error = command_error(capsys, lambda: main(["translate", *argv]))
     assert re.search(f"^error: .*{expected}", error), error
     assert "save_pretrained(folder) writes model.safetensors" in error  # the fix
     with pytest.raises(ModelFolderError, match=expected):
         evaluate_model_on_split(str(folder), "test", tmp_path, num_beams=1)
-    monkeypatch.setattr(sys, "argv", ["evaluate_bleu.py", "--model", str(folder), "--split", "test",
-                                      "--data-dir", str(tmp_path), "--num-beams", "1"])  # fmt: skip
-    error = command_error(
-        capsys, lambda: runpy.run_path(str(ROOT / "scripts" / "evaluate_bleu.py"), run_name="__main__")
-    )
+    argv = ["--model", str(folder), "--split", "test", "--data-dir", str(tmp_path), "--num-beams", "1"]
+    error = command_error(capsys, lambda: main(["evaluate", *argv]))
     assert re.search(f"^error: .*{expected}", error), error
     assert not marker.exists()
 

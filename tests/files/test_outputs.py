@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process, script_main, tiny_model
+from conftest import command_main, run_in_process, tiny_model
 
 from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.staging import writer_tag
@@ -57,9 +57,9 @@ def all_leftovers(root: Path) -> list[Path]:
     return [path for folder in [root, *root.rglob("*")] if folder.is_dir() for path in staged_leftovers(folder)]
 
 
-def run_script(script: str, *argv: str, cwd: Path, stdin_path: Path | None = None) -> subprocess.CompletedProcess:
-    """`python scripts/<script>.py ARGV` in `cwd`, run in this process (`run_in_process`)."""
-    return run_in_process(script_main(script), argv, cwd, stdin_path)
+def run_command(command: str, *argv: str, cwd: Path, stdin_path: Path | None = None) -> subprocess.CompletedProcess:
+    """`vanilla-transformer COMMAND ARGV` in `cwd`, run in this process (`run_in_process`)."""
+    return run_in_process(command_main(command), argv, cwd, stdin_path)
 
 
 def assert_refused(done: subprocess.CompletedProcess, *expected: str) -> None:
@@ -121,7 +121,7 @@ def test_average_refuses_outputs_that_would_destroy_inputs(run_dir, tmp_path, ou
     notes.mkdir()
     (notes / "thesis.tex").write_text("months of work\n")
     before = tree_state(tmp_path)
-    done = run_script("average_checkpoints", "--run-dir", "run", "--last", "2", "--output-dir", output, cwd=tmp_path)
+    done = run_command("average", "--run-dir", "run", "--last", "2", "--output-dir", output, cwd=tmp_path)
     assert_refused(done, expected, "--output-dir")
     if output == "notes":
         assert "--overwrite" in done.stderr
@@ -147,7 +147,7 @@ def test_average_keeps_out_of_every_part_of_the_run(run_dir, tmp_path, capsys, m
 
 def test_release_into_its_run_folder_is_refused(run_dir, tmp_path):
     before = tree_state(tmp_path)
-    done = run_script("release", "--run-dir", "run", "--output-dir", "run", "--hardware", "CPU", cwd=tmp_path)
+    done = run_command("release", "--run-dir", "run", "--output-dir", "run", "--hardware", "CPU", cwd=tmp_path)
     assert_refused(done, "--output-dir run is --run-dir run")
     assert tree_state(tmp_path) == before
 
@@ -190,8 +190,8 @@ def test_release_of_a_run_on_a_tsv_file_asks_for_its_languages_and_keeps_out_of_
 
 def test_evaluate_refuses_to_write_hypotheses_over_the_reference(model_folder, data_dir, tmp_path):
     before = tree_state(tmp_path)
-    done = run_script(
-        "evaluate_bleu",
+    done = run_command(
+        "evaluate",
         *("--model", "model", "--split", "test2016", "--data-dir", "data", "--num-beams", "1"),
         *("--output-hypotheses", "data/test2016.de"),
         cwd=tmp_path,
@@ -220,14 +220,14 @@ def test_evaluate_sees_through_symlinks_and_keeps_out_of_the_data_and_model(mode
 def test_translate_refuses_to_write_over_its_input(model_folder, tmp_path):
     (tmp_path / "input.en").write_text("".join(f"{line}\n" for line in SOURCES))
     before = tree_state(tmp_path)
-    done = run_script("translate", "--model", "model", "--input", "input.en", "--output", "input.en", cwd=tmp_path)
+    done = run_command("translate", "--model", "model", "--input", "input.en", "--output", "input.en", cwd=tmp_path)
     assert_refused(done, "--output input.en is --input input.en")
     # the same file as stdin (`< input.en`), and a file inside the model folder
-    done = run_script(
+    done = run_command(
         "translate", "--model", "model", "--output", "input.en", cwd=tmp_path, stdin_path=tmp_path / "input.en"
     )
     assert_refused(done, "--output input.en is stdin")
-    done = run_script("translate", "--model", "model", "--input", "input.en", "--output", "model/out.de", cwd=tmp_path)
+    done = run_command("translate", "--model", "model", "--input", "input.en", "--output", "model/out.de", cwd=tmp_path)
     assert_refused(done, "lies inside --model model")
     assert tree_state(tmp_path) == before
 
@@ -519,7 +519,7 @@ def test_the_export_refuses_its_own_model_as_output_with_or_without_overwrite(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "link").symlink_to("model")
     before = tree_state(tmp_path)
-    done = run_script("export_ctranslate2", "model", "model", "--overwrite", cwd=tmp_path)
+    done = run_command("export-ctranslate2", "model", "model", "--overwrite", cwd=tmp_path)
     assert_refused(done, "OUTPUT_DIR model is MODEL_DIR model")
     for output, relation in [
         ("model", "is MODEL_DIR model"),

@@ -205,20 +205,20 @@ def test_the_commands_export_and_translate(builtin_tokenizer, tmp_path):
     def command(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
 
-    done = command(str(ROOT / "scripts/export_ctranslate2.py"), "model", "export", "--quantization", "int8")
+    done = command("-m", "vanilla_transformer", "export-ctranslate2", "model", "export", "--quantization", "int8")
     assert done.returncode == 0 and "exported model (int8) to export" in done.stdout, done.stderr
-    done = command(str(ROOT / "scripts/translate.py"), "--engine", "ctranslate2", "--model", "export",
+    done = command("-m", "vanilla_transformer", "translate", "--engine", "ctranslate2", "--model", "export",
                    "--input", "input.en", "--output", "output.de")  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "output.de").read_text().split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # line for line, the empty line kept empty
-    done = command(str(ROOT / "scripts/export_ctranslate2.py"), "model", "model", "--quantization", "int4")
+    done = command("-m", "vanilla_transformer", "export-ctranslate2", "model", "model", "--quantization", "int4")
     assert done.returncode == 2 and "invalid choice: 'int4'" in done.stderr
-    done = command(str(ROOT / "scripts/export_ctranslate2.py"), "model", "input.en")
+    done = command("-m", "vanilla_transformer", "export-ctranslate2", "model", "input.en")
     assert done.returncode == 2 and "input.en" in done.stderr
     assert (tmp_path / "input.en").read_text() == "A man is riding a bike.\n\nHello\n"
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("keep")
-    done = command(str(ROOT / "scripts/export_ctranslate2.py"), "model", "notes")
+    done = command("-m", "vanilla_transformer", "export-ctranslate2", "model", "notes")
     assert done.returncode == 2 and "OUTPUT_DIR notes is a non-empty folder" in done.stderr
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]

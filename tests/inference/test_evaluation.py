@@ -1,4 +1,4 @@
-"""Tests of `vanilla_transformer.inference.evaluation` and `scripts/evaluate_bleu.py`."""
+"""Tests of `vanilla_transformer.inference.evaluation` and `vanilla-transformer evaluate`."""
 
 import json
 import os
@@ -225,7 +225,7 @@ def test_script_scores_a_hypotheses_file(multi30k, tmp_path):
     for name, lines in [("hyp", hypotheses), ("ref", references), ("tok", tokenized_references)]:
         files[name] = tmp_path / f"{name}.de"
         files[name].write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    command = [sys.executable, str(REPO / "scripts/evaluate_bleu.py"), "--hypotheses", str(files["hyp"])]
+    command = [sys.executable, "-m", "vanilla_transformer", "evaluate", "--hypotheses", str(files["hyp"])]
     command += ["--references", str(files["ref"]), "--tokenized-references", str(files["tok"]), "--lang", "de"]
 
     completed = subprocess.run(

@@ -1,13 +1,10 @@
-"""Odd input at every entry point (generate, translate.py, evaluate_bleu.py, the data loaders, the tokenizer): empty
+"""Odd input at every entry point (generate, translate, evaluate, the data loaders, the tokenizer): empty
 and whitespace-only lines, lines longer than max_position_embeddings, mixed scripts and emoji, control characters,
 text that spells special tokens, CRLF files with a byte-order mark, and a batch mixing all of these; plus
 property-based tests over random token sequences and masks."""
 
-import importlib.util
 import json
 import re
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from conftest import EOS, PAD, VOCAB, random_batch, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.corpora import load_text_files
 from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.data.tokenized import tokenize_pairs
@@ -37,13 +35,6 @@ ODD_LINES = [
     "e\u0301 combining and \ufeff a mid-line BOM",
 ]
 PROPERTY_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_crlf(path: Path, lines: list[str]) -> None:
@@ -132,17 +123,16 @@ def test_the_long_line_gets_its_input_plus_50_tokens(model_folder):
     assert out.shape[1] == 1 + source["input_ids"].shape[1] + 50  # decoder start + input + 50, past the table
 
 
-def test_translate_script_on_a_crlf_file_with_odd_lines(model_folder, tmp_path):
+def test_translate_command_on_a_crlf_file_with_odd_lines(model_folder, tmp_path):
     write_crlf(tmp_path / "crlf.en", ODD_LINES)
-    script = load_script("translate")
-    script.main(["--model", str(model_folder), "--input", str(tmp_path / "crlf.en"), "--output",
-                 str(tmp_path / "out.de"), "--num-beams", "2", "--device", "cpu"])  # fmt: skip
+    main(["translate", "--model", str(model_folder), "--input", str(tmp_path / "crlf.en"), "--output",
+          str(tmp_path / "out.de"), "--num-beams", "2", "--device", "cpu"])  # fmt: skip
     written = (tmp_path / "out.de").read_bytes().decode("utf-8")
     assert written.count("\n") == len(ODD_LINES) and "\r" not in written
     assert read_lines(tmp_path / "out.de")[1:3] == ["", ""]
 
 
-def test_evaluate_script_scores_crlf_files_like_lf_files(tmp_path, monkeypatch, capsys):
+def test_evaluate_command_scores_crlf_files_like_lf_files(tmp_path, monkeypatch, capsys):
     hypotheses = ["Ein Mann fährt Rad .", "", "😀 中文", "nul\x00 ls\u2028 end"]
     references = ["Ein Mann fährt ein Rad .", "leer", "😀 中文 Text", "nul\x00 ls\u2028 end"]
     write_crlf(tmp_path / "hyp.crlf", hypotheses)
@@ -150,9 +140,7 @@ def test_evaluate_script_scores_crlf_files_like_lf_files(tmp_path, monkeypatch, 
     (tmp_path / "ref.de").write_text("".join(r + "\n" for r in references), encoding="utf-8")
     scores = []
     for name in ("hyp.crlf", "hyp.lf"):
-        monkeypatch.setattr(sys, "argv", ["evaluate_bleu.py", "--hypotheses", str(tmp_path / name),
-                                          "--references", str(tmp_path / "ref.de")])  # fmt: skip
-        runpy.run_path(str(ROOT / "scripts" / "evaluate_bleu.py"), run_name="__main__")
+        main(["evaluate", "--hypotheses", str(tmp_path / name), "--references", str(tmp_path / "ref.de")])
         result = json.loads(capsys.readouterr().out)
         assert result["num_sentences"] == 4
         scores.append((result["bleu"]["score"], result["chrf"]["score"]))

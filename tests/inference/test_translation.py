@@ -1,7 +1,6 @@
 """The paper's decoding (§6.1) through `generate`, and `translate`: beam 4, GNMT length penalty (Wu et al. 2016),
 maximum output length = input length + 50, exact early stopping."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli.main import main
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.model.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
 from vanilla_transformer.release.remote_code import generate_without_package
@@ -545,16 +545,14 @@ def test_translate_restores_train_mode_and_accepts_generate_kwargs():
     assert translate(model, tokenizer, ["", " "]) == ["", ""]
 
 
-def test_translate_script_writes_one_line_per_input_line(tmp_path):
-    spec = importlib.util.spec_from_file_location("translate_script", ROOT / "scripts" / "translate.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_translate_command_writes_one_line_per_input_line(tmp_path):
     model, tokenizer = eos_prone_model(7), word_level_tokenizer()
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "source.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    script.main(
+    main(
         [
+            "translate",
             *("--model", str(tmp_path / "model"), "--input", str(tmp_path / "source.txt")),
             *("--output", str(tmp_path / "out.txt"), "--batch-size", "3", "--num-beams", "2", "--device", "cpu"),
         ]

@@ -1,5 +1,5 @@
-"""Hub sharing over real HTTP: `vanilla_transformer.release.hub`, `scripts/push_to_hub.py`, `model.push_to_hub` and the
-trainer's `push_to_hub`, against the Hub stand-in of `tests/hub_server.py` that `conftest.py` starts on 127.0.0.1
+"""Hub sharing over real HTTP: `vanilla_transformer.release.hub`, `vanilla-transformer push`, `model.push_to_hub` and
+the trainer's `push_to_hub`, against the Hub stand-in of `tests/hub_server.py` that `conftest.py` starts on 127.0.0.1
 and points the real `huggingface_hub` client at. Pushed repos are loaded back by repo id in a fresh process where
 `vanilla_transformer` cannot be imported, and must translate exactly as the local folder does.
 
@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import runpy
 import shutil
 import subprocess
 import sys
@@ -136,8 +135,8 @@ def api() -> HfApi:
 @pytest.fixture(scope="module")
 def run(builtin_tokenizer, tmp_path_factory) -> SimpleNamespace:
     """A tiny model trained with the project's trainer (`push_to_hub=True`, pushed at the end to `tester/trainer`),
-    then laid out as `scripts/train.py` leaves a run: `preset.json`, `checkpoint-N/` with `trainer_state.json`, and
-    the model folder `final/`."""
+    then laid out as `vanilla-transformer train` leaves a run: `preset.json`, `checkpoint-N/` with
+    `trainer_state.json`, and the model folder `final/`."""
     run_dir = tmp_path_factory.mktemp("run")
     tokenizer = builtin_tokenizer
     train_set, _ = tokenize_pairs(load_builtin("train").select(range(512)), tokenizer, "en", "de", max_length=64)
@@ -186,7 +185,7 @@ def run(builtin_tokenizer, tmp_path_factory) -> SimpleNamespace:
     trainer.model.save_pretrained(final)  # as averaging writes it (trainer.save_model would push again)
     tokenizer.save_pretrained(final)
     preset = get_training_preset("demo", max_steps=STEPS, max_tokens=1500, warmup_steps=10)
-    (run_dir / "preset.json").write_text(json.dumps(preset.as_dict()))  # what scripts/train.py records
+    (run_dir / "preset.json").write_text(json.dumps(preset.as_dict()))  # what `train` records
     return SimpleNamespace(
         dir=run_dir,
         final=final,
@@ -198,10 +197,10 @@ def run(builtin_tokenizer, tmp_path_factory) -> SimpleNamespace:
 
 @pytest.fixture(scope="module")
 def script_push(run) -> SimpleNamespace:
-    """`scripts/push_to_hub.py` run on the trained folder, which has no card yet."""
+    """`python -m vanilla_transformer push` run on the trained folder, which has no card yet."""
     assert not (run.final / "README.md").exists()
     repo_id = f"{HUB_USER}/tiny"
-    command = [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), str(run.final), "--repo-id", repo_id]
+    command = [sys.executable, "-m", "vanilla_transformer", "push", str(run.final), "--repo-id", repo_id]
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stderr
     return SimpleNamespace(completed=completed, repo_id=repo_id)
@@ -336,11 +335,9 @@ def test_wrong_token_or_missing_repo_fail_clearly_and_leave_the_remote_unchanged
 
     before = remote_state()
     requests = len(HUB.state.requests)
-    script = REPO / "scripts" / "push_to_hub.py"
-    monkeypatch.setattr(sys, "argv", [str(script), str(run.final), "--repo-id", repo_id])
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_token")
     with pytest.raises(SystemExit) as stop:
-        runpy.run_path(str(script), run_name="__main__")
+        cli_main(["push", str(run.final), "--repo-id", repo_id])
     code, message = exit_message(stop, capsys)
     assert code != 0 and re.match(r"error: the Hub at .* refused the token \(401: invalid credentials\)", message)
     monkeypatch.undo()

@@ -48,8 +48,8 @@ def run_demo(output_dir: str, max_steps: int | None = None, release: str | Path 
     from dataclasses import replace
 
     from ..data.corpora import load_builtin
-    from ..experiments.plots import plot_learning_curves
     from ..files.loading import load_model_and_tokenizer
+    from ..inference.plots import plot_learning_curves
     from ..inference.scoring import score_translations
     from ..inference.translation import translate
     from ..release.remote_code import generate_without_package

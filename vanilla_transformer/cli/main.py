@@ -6,8 +6,8 @@ stage of the paper's pipeline, from data and tokenizer (§5.1) through training 
     vanilla-transformer translate --model outputs/multi30k/final --input test2016.en > hyp.de
     vanilla-transformer COMMAND --help                         # a command's flags
 
-Each subcommand is a module of `vanilla_transformer.cli` (the flags' types are in `arguments`); `scripts/<name>.py`
-in a checkout runs the same command with the same flags (`run_script`).
+Each subcommand is a module of `vanilla_transformer.cli` (the flags' types are in `arguments`). The lab (Table 3, the
+benchmarks, the GPU check) is not installed: its commands are `scripts/<name>.py` in a checkout (`run_script`).
 
 Exit status: 0 done; 2 a user error, told in one line `error: ...` without a traceback (`--debug`, before or after
 the command name, shows it): a flag's value, or any refusal of the package (`errors.VanillaTransformerError`: arguments
@@ -33,7 +33,6 @@ COMMANDS = (
     "train-tokenizer",
     "train",
     "train-no-trainer",
-    "ablate",
     "average",
     "translate",
     "evaluate",
@@ -41,8 +40,6 @@ COMMANDS = (
     "release",
     "push",
     "export-ctranslate2",
-    "benchmark",
-    "benchmark-data",
 )
 
 
@@ -157,10 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     _run(build_parser(), argv)
 
 
-def run_script(name: str, argv: list[str] | None = None) -> None:
-    """Run the subcommand `name` as a standalone program (`scripts/<name>.py`): its flags at the top level and the
-    script's file name in its usage."""
-    command = _command(name)
+def run_script(command: ModuleType, argv: list[str] | None = None) -> None:
+    """Run `command` (a module with `add_arguments` and `run`, as each of `COMMANDS`; the lab's `scripts/*.py` are
+    such modules) as a standalone program: its flags at the top level, a user error in one line."""
     parser = argparse.ArgumentParser(description=command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _set_up(parser, command)
     _run(parser, argv)

@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..experiments.plots import attention_maps, plot_attention
     from ..files.loading import load_model_and_tokenizer
     from ..files.outputs import check_output_file, staged_file
+    from ..inference.plots import attention_maps, plot_attention
 
     if not args.sentence.strip():  # the model would translate nothing into something, and the plot show that
         raise VanillaTransformerError("--sentence is empty: give the source sentence whose attention to draw.")

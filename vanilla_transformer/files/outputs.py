@@ -44,6 +44,7 @@ KINDS = {
     "tokenizer": "a tokenizer folder",
     "training-run": "a training run",
     "benchmark-data": "benchmark-data's work folder",
+    "gpu-speed": "a GPU check's report",
 }
 
 PathLike = str | os.PathLike

@@ -12,13 +12,13 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import CompileConfig, GenerationConfig, MarianConfig, MarianMTModel
 
-from ..errors import VanillaTransformerError
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-from ..model.modeling_vanilla_transformer import (
+from vanilla_transformer.errors import VanillaTransformerError
+from vanilla_transformer.model.configuration_vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer.model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
 )
-from ..training.optimization import paper_adam
+from vanilla_transformer.training.optimization import paper_adam
 
 PAD, BOS, EOS = 0, 1, 2
 MODELS = ("vanilla", "marian", "torch")
@@ -257,7 +257,7 @@ def ctranslate2_fns(
     penalty for beam search."""
     import ctranslate2
 
-    from ..inference.ctranslate2_engine import convert
+    from vanilla_transformer.inference.ctranslate2_engine import convert
 
     vocabulary = ["<pad>", "<s>", "</s>", *(f"t{i}" for i in range(EOS + 1, model.config.vocab_size))]
     fns = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from vanilla_transformer.errors import DataError
 
 # Table 3 of the paper: (dev perplexity per wordpiece, dev BLEU on newstest2013, parameters ×10⁶) of each row, base
 # model N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, ε_ls=0.1, 100K steps; blank cells are None.
@@ -244,7 +244,7 @@ def write_curves(records: list[dict], path: Path) -> Path:
     loss, titled with the row's `row_status` (red if diverged, orange if still rising)."""
     from matplotlib.figure import Figure
 
-    from ..files.outputs import staged_file
+    from vanilla_transformer.files.outputs import staged_file
 
     panels = variants(records) + [[record] for record in records if record["row"]["group"] == "lr"]
     columns = min(4, len(panels))
@@ -285,7 +285,7 @@ def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
     each replaced whole; all from `records` alone."""
     from matplotlib.figure import Figure
 
-    from ..files.outputs import staged_file
+    from vanilla_transformer.files.outputs import staged_file
 
     table = table_rows(records)
     paths = {kind: output_dir / f"table3.{kind}" for kind in ("md", "csv", "png")}

@@ -1,24 +1,5 @@
-"""The GPU check: one run on one GPU that measures the paper's models at the hardware's speed, in one table.
+"""The GPU check's measurements (`scripts/gpu_speed.py` runs them): what each is, is said there."""
 
-- **The chip's peak**: the best bf16 FLOP/s of an 8192³ matmul, the denominator of every MFU below.
-- **Training step** of `paper-base` and `paper-big` (the paper's sizes and 37,000-token vocabulary), this model beside
-  `MarianMTModel` of identical dimensions: bf16 autocast, fused Adam, sdpa, eager and through `torch.compile`. Target
-  tokens per second and MFU = matmul FLOPs of forward + backward (`benchmark.training_flops`, on the padded batch)
-  per second over the peak.
-- **Decoding**: `generate()` with the paper's beam search (beam 4, α = 0.6) on newstest2014 sources, exactly
-  `new_tokens` new tokens, in bf16; and the same model exported to CTranslate2 (float16 on a GPU, int8 on a CPU).
-- **The Table 3 grid's model** (`multi30k`, one batch of padded tokens per update, fp32): tokens per second for the
-  whole device (updates × padded tokens), with 1 process and with several at once (on a GPU, start CUDA MPS first to
-  let their kernels overlap: `nvidia-cuda-mps-control -d`).
-
-    python -m vanilla_transformer.experiments.gpu_speed --device cuda --sources newstest2014.en --output-dir OUT
-    python -m vanilla_transformer.experiments.gpu_speed --device cpu --small  # the same run, tiny, to try it here
-
-It writes `gpu-speed.json` and `gpu-speed.md` (one Markdown table, every figure with its settings) into
-`--output-dir`, and with `--docs FILE` puts the table into that file between `<!-- gpu-check -->` markers.
-"""
-
-import argparse
 import json
 import os
 import subprocess
@@ -30,7 +11,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import VanillaTransformerError
+from vanilla_transformer.errors import VanillaTransformerError
+
+from . import lab_process
 from .benchmark import machine_description, peak_matmul_flops, time_workload, training_flops
 from .benchmark_models import (
     build_benchmark_model,
@@ -183,15 +166,8 @@ def grid_rows(check: GpuCheck, device: str, log=print) -> list[dict]:
     padded = check.grid_pairs * 2 * check.grid_length
     for processes in check.grid_processes:
         arguments = json.dumps([device, check.grid_pairs, check.grid_length, check.grid_seconds, 8000])
-        children = [
-            subprocess.Popen(
-                [sys.executable, "-m", "vanilla_transformer.experiments.gpu_speed", "--grid-child", arguments],
-                stdout=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
-            )
-            for _ in range(processes)
-        ]
+        command, env = lab_process("gpu_speed", arguments, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        children = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(processes)]
         results = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
         if any(child.returncode for child in children):
             raise RuntimeError(f"a grid process failed: {[child.returncode for child in children]}")
@@ -263,9 +239,10 @@ def docs_parts(docs: Path) -> list[str]:
 def write_report(report: dict, output_dir: Path, docs: Path | None = None) -> Path:
     """`gpu-speed.json` and `gpu-speed.md` in `output_dir`; with `docs`, the table between its two `MARKER` lines
     (the file must hold both: nothing else of it is touched)."""
-    from ..files.outputs import write_text_atomic
+    from vanilla_transformer.files.outputs import write_marker, write_text_atomic
 
     output_dir.mkdir(parents=True, exist_ok=True)
+    write_marker(output_dir, "gpu-speed", "gpu_speed")
     table = markdown(report)
     write_text_atomic(output_dir / "gpu-speed.json", json.dumps(report, indent=2) + "\n")
     write_text_atomic(output_dir / "gpu-speed.md", table)
@@ -275,33 +252,5 @@ def write_report(report: dict, output_dir: Path, docs: Path | None = None) -> Pa
     return output_dir / "gpu-speed.md"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--sources", type=Path, help="newstest2014.en (one sentence per line); default: made-up text")
-    parser.add_argument("--tokenizer", help="the tokenizer for the sources (default: a BPE learned on them)")
-    parser.add_argument("--output-dir", type=Path, default=Path(os.environ.get("OUT", "outputs/gpu-speed")))
-    parser.add_argument("--docs", type=Path, help="a Markdown file with two <!-- gpu-check --> lines")
-    parser.add_argument("--small", action="store_true", help="tiny sizes: try the whole run on a CPU in a minute")
-    parser.add_argument("--grid-child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.grid_child:
-        print(json.dumps(grid_child(*json.loads(args.grid_child))))
-        return
-    if args.docs:
-        docs_parts(args.docs)
-    from ..data.text import read_lines
-    from ..data.tokenization import load_tokenizer, train_joint_bpe
-
-    if args.sources:
-        sources = read_lines(args.sources)
-    else:
-        sources = [" ".join(f"word{(i * 7 + j) % 50}" for j in range(5 + i % 20)) for i in range(200)]
-    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else train_joint_bpe(sources, vocab_size=8000)
-    check = GpuCheck.small() if args.small else GpuCheck()
-    report = run_check(check, args.device, sources, tokenizer)
-    print(write_report(report, args.output_dir, args.docs).read_text())
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `grid_rows`' child processes: the arguments of `grid_child`, as JSON
+    print(json.dumps(grid_child(*json.loads(sys.argv[1]))))

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OutputError
+from vanilla_transformer.errors import OutputError
+
+from . import lab_process
 
 # newstest2014 (3003 pairs): log of English words per sentence, and German/English word ratio
 WORDS_LOG_MEAN, WORDS_LOG_SD = 2.85, 0.54
@@ -165,11 +167,12 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     from torch.utils.data import DataLoader
     from transformers import DataCollatorForSeq2Seq
 
-    from ..data.batching import TokenBudgetBatchSampler
-    from ..data.tokenized import model_columns
-    from ..training.presets import TRAINING_PRESETS
-    from ..training.run import prepare_run_data
-    from ..training.settings import TrainingSettings
+    from vanilla_transformer.data.batching import TokenBudgetBatchSampler
+    from vanilla_transformer.data.tokenized import model_columns
+    from vanilla_transformer.training.presets import TRAINING_PRESETS
+    from vanilla_transformer.training.run import prepare_run_data
+    from vanilla_transformer.training.settings import TrainingSettings
+
     from .benchmark import status_kib
 
     preset = replace(TRAINING_PRESETS[preset_name], corpus=str(corpus), valid_split="valid", max_tokens=max_tokens)
@@ -202,7 +205,7 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
 def prepare_workdir(workdir: Path) -> None:
     """Make `workdir` benchmark-data's own (a new or empty folder is marked, one it marked before is reused), or
     refuse it before anything is written: every call replaces the runs, caches and logs in it."""
-    from ..files.outputs import check_output_folder, write_marker
+    from vanilla_transformer.files.outputs import check_output_folder, write_marker
 
     if workdir.exists() and not workdir.is_dir():
         raise OutputError(f"--workdir {workdir} is a file: give a new or empty folder for the corpora and runs.")
@@ -221,7 +224,7 @@ def benchmark_data(
     """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir`, a folder
     `prepare_workdir` accepted (the corpus is kept there and reused by a later call; the runs, caches and the
     commands' logs are made anew)."""
-    from ..training.presets import TRAINING_PRESETS
+    from vanilla_transformer.training.presets import TRAINING_PRESETS
 
     run, caches, logs = workdir / f"run-{pairs}", workdir / f"caches-{pairs}", workdir / f"logs-{pairs}"
     corpus = workdir / f"corpus-{pairs}"
@@ -255,8 +258,8 @@ def benchmark_data(
     report["restart"] = run_timed([*command, "--max-steps", "2"], env, restart_marks, logs / "restart.log")
     # in a process of its own: the caches are found through the environment `datasets` reads when imported
     max_tokens = _flag(extra_flags, "--max-tokens") or TRAINING_PRESETS[preset].max_tokens
-    loader = [sys.executable, "-m", __name__, str(corpus), str(run), preset, str(max_tokens)]
-    output = subprocess.run(loader, env=env, check=True, capture_output=True, text=True).stdout
+    loader, loader_env = lab_process("data_benchmark", str(corpus), str(run), preset, str(max_tokens), env=env)
+    output = subprocess.run(loader, env=loader_env, check=True, capture_output=True, text=True).stdout
     report["loader"] = json.loads(output.strip().splitlines()[-1])
     step = re.search(r"(\d+) target tokens", report["cold"]["lines"].get("first_update", ""))
     if step and "first_batch_s" in report["cold"]:

@@ -1,16 +1,18 @@
 """The data pipeline at the paper's scale: raw text to the first update, a restart, peak memory, cache size and the
-loader's rate, on a synthetic WMT14-shaped corpus of N pairs (`experiments/data_benchmark.py` says what is
+loader's rate, on a synthetic WMT14-shaped corpus of N pairs (`scripts/lab/data_benchmark.py` says what is
 counted and how the corpus is drawn).
 
-    vanilla-transformer benchmark-data --pairs 1000000,4500000 --workdir /tmp/data-bench
-    vanilla-transformer benchmark-data --pairs 100000 --workdir /tmp/data-bench --preset demo --streaming
+    python scripts/benchmark_data.py --pairs 1000000,4500000 --workdir /tmp/data-bench
+    python scripts/benchmark_data.py --pairs 100000 --workdir /tmp/data-bench --preset demo --streaming
 """
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from .arguments import output_dir, output_file_in_existing_folder
+from vanilla_transformer.cli.arguments import output_dir, output_file_in_existing_folder
+from vanilla_transformer.cli.main import run_script
 
 
 def _pair_counts(text: str) -> list[int]:
@@ -27,7 +29,7 @@ def _pair_counts(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Corpus sizes, where the corpora and runs go, the training preset and flags, and where the report goes."""
-    from ..training.presets import TRAINING_PRESETS
+    from vanilla_transformer.training.presets import TRAINING_PRESETS
 
     parser.add_argument(
         "--pairs", type=_pair_counts, default=[1_000_000, 4_500_000], help="corpus sizes, e.g. 1000000,4500000"
@@ -56,9 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Measure each corpus size in turn, writing the report after each."""
-    from ..experiments.benchmark import machine_description
-    from ..experiments.data_benchmark import benchmark_data, prepare_workdir
-    from ..files.outputs import check_output_file, write_text_atomic
+    from lab.benchmark import machine_description
+    from lab.data_benchmark import benchmark_data, prepare_workdir
+
+    from vanilla_transformer.files.outputs import check_output_file, write_text_atomic
 
     workdir = Path(args.workdir)
     output = Path(args.output) if args.output else workdir / "benchmark-data.json"
@@ -71,3 +74,7 @@ def run(args: argparse.Namespace) -> None:
         write_text_atomic(output, json.dumps(report, indent=2) + "\n")
         print(json.dumps(result, indent=2))
     print(f"report written to {output}")
+
+
+if __name__ == "__main__":
+    run_script(sys.modules[__name__])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from vanilla_transformer.experiments import benchmark, benchmark_models
+from conftest import command_main, run_in_process
+from lab import benchmark, benchmark_models
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
@@ -110,3 +110,18 @@ def test_flop_counts_follow_the_dimensions():
     small = benchmark_models.random_batch(2, 8, 6, config.vocab_size)
     large = benchmark_models.random_batch(4, 8, 6, config.vocab_size)
     assert benchmark.training_flops(config, large) == 2 * benchmark.training_flops(config, small)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--repeats", "0"], "argument --repeats: 0 is out of range: give 1 or more"),
+        (["--vocab-size", "3"], "give 4 or more"),
+        (["--models", "vanilla,fairseq"], "subset of vanilla,marian,torch"),
+        (["--device", "tpu"], "give one of cpu"),
+        (["--output", "MISSING/report.json"], "create it first"),
+    ],
+)
+def test_a_value_no_benchmark_can_use_is_refused_in_one_line(argv, expected, tmp_path):
+    done = run_in_process(command_main("benchmark"), argv, tmp_path)
+    assert done.returncode == 2 and expected in done.stderr.splitlines()[-1], done.stderr

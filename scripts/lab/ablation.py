@@ -20,13 +20,14 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DataError
-from ..files.outputs import write_text_atomic
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-from ..training.presets import TrainingPreset
+from vanilla_transformer.errors import DataError
+from vanilla_transformer.files.outputs import write_text_atomic
+from vanilla_transformer.model.configuration_vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer.training.presets import TrainingPreset
+
 from .grid_records import GridSettings, RecordFolder, folder_name, grid_settings, record_text
+from .report import choose_lr_factor, variants, write_table
 from .row_scores import dev_curve, dev_perplexity, score_split, train_loss_curve
-from .table3 import choose_lr_factor, variants, write_table
 
 # the preset fields a row may change; every other name must be a field of the model's config
 TRAINING_FIELDS = ("dropout", "label_smoothing", "lr_factor")
@@ -162,9 +163,9 @@ def run_row(
     """Train the row into `folder` (resuming a run left there), then score it (`row_scores`, with the paper's
     decoding: beam 4, α = 0.6, input + 50) into its record, written to `folder/row.json` last and whole: a row with
     that file is done."""
-    from ..files.loading import load_model_and_tokenizer
-    from ..training.run import train
-    from ..training.settings import TrainingSettings
+    from vanilla_transformer.files.loading import load_model_and_tokenizer
+    from vanilla_transformer.training.run import train
+    from vanilla_transformer.training.settings import TrainingSettings
 
     record_path = folder / "row.json"
     if record_path.is_file():
@@ -220,8 +221,8 @@ def prepare_grid(preset: TrainingPreset, output_dir: Path, settings: GridSetting
     tokenizing the corpus again."""
     from accelerate import PartialState
 
-    from ..training.run import prepare_run_data
-    from ..training.settings import TrainingSettings
+    from vanilla_transformer.training.run import prepare_run_data
+    from vanilla_transformer.training.settings import TrainingSettings
 
     state = PartialState(cpu=not torch.cuda.is_available())  # the state `train` makes in this process
     prepare_run_data(state, TrainingSettings(preset, output_dir, settings.source_lang, settings.target_lang))

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer.model.configuration_vanilla_transformer import VanillaTransformerConfig
+
+from . import lab_process
 from .benchmark_models import (
     CTRANSLATE2,
     MODELS,
@@ -206,8 +208,8 @@ def peak_training_memory(
 ) -> int:
     """Bytes of peak memory of `steps` training steps of one model, measured in a fresh process."""
     args = json.dumps([name, config.to_dict(), workloads.__dict__, device, steps])
-    module = "vanilla_transformer.experiments.benchmark"
-    done = subprocess.run([sys.executable, "-m", module, args], capture_output=True, text=True, check=False)
+    command, env = lab_process("benchmark", args)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the memory measurement of {name} failed:\n{done.stderr[-3000:]}")
     return int(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -27,18 +27,19 @@ machine, with the same settings trains only the rows DIR lacks; DIR holding reco
 --table-only renders the table from DIR alone into --output-dir. docs/table3.md holds the Multi30k run of the first
 command below (before records existed); the second is its converged form, resumable across GPU runs.
 
-    vanilla-transformer ablate --preset multi30k --max-steps 2000 --max-tokens 8192 --tokens-per-update 8192 \
+    python scripts/table3.py --preset multi30k --max-steps 2000 --max-tokens 8192 --tokens-per-update 8192 \
         --warmup-steps 500 --lr-factor 1.265 --seeds 3 --jobs 11 --threads 1 --test-split test2016 \
         --output-dir table3/multi30k
-    vanilla-transformer ablate --preset multi30k --max-steps 8000 --lr-factors 1.265,2.53,5.06 --seeds 3 \
+    python scripts/table3.py --preset multi30k --max-steps 8000 --lr-factors 1.265,2.53,5.06 --seeds 3 \
         --jobs 11 --threads 1 --test-split test2016 --records docs/table3/records --output-dir table3/multi30k-8k
-    vanilla-transformer ablate --records docs/table3/records --table-only --output-dir docs/table3
-    vanilla-transformer ablate --preset demo --max-steps 200 --jobs 2 --threads 1 --output-dir table3/demo
+    python scripts/table3.py --records docs/table3/records --table-only --output-dir docs/table3
+    python scripts/table3.py --preset demo --max-steps 200 --jobs 2 --threads 1 --output-dir table3/demo
 """
 
 import argparse
+import sys
 
-from .arguments import (
+from vanilla_transformer.cli.arguments import (
     add_language_arguments,
     add_typed_preset_arguments,
     existing_file,
@@ -47,6 +48,7 @@ from .arguments import (
     output_dir,
     positive_int,
 )
+from vanilla_transformer.cli.main import run_script
 
 
 def grid(text: str) -> str:
@@ -96,11 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Run the grid (or, with --table-only, render its records) and print where the table is."""
-    from ..data.corpora import corpus_languages
-    from ..errors import UsageError
-    from ..experiments.ablation import load_grid, run_grid, table3_grid, table_from_records
-    from ..experiments.grid_records import GridSettings, RecordFolder, check_grid_folder, grid_settings
-    from ..training.presets import preset_from_arguments
+    from lab.ablation import load_grid, run_grid, table3_grid, table_from_records
+    from lab.grid_records import GridSettings, RecordFolder, check_grid_folder, grid_settings
+
+    from vanilla_transformer.data.corpora import corpus_languages
+    from vanilla_transformer.errors import UsageError
+    from vanilla_transformer.training.presets import preset_from_arguments
 
     if args.table_only:
         if not args.records:
@@ -122,3 +125,7 @@ def run(args: argparse.Namespace) -> None:
     check_grid_folder(args.output_dir, preset, settings)
     run_grid(preset, rows, args.output_dir, settings, jobs=args.jobs, records_dir=args.records, seeds=args.seeds)
     print(f"the table: {args.output_dir}/table3.md (and .csv, .png, table3_curves.png)")
+
+
+if __name__ == "__main__":
+    run_script(sys.modules[__name__])

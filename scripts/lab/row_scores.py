@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..errors import DataError
-from ..training.presets import TrainingPreset
+from vanilla_transformer.errors import DataError
+from vanilla_transformer.training.presets import TrainingPreset
+
 from .grid_records import GridSettings, plain
 
 
@@ -35,9 +36,9 @@ def tokenized_references(corpus: str, split: str, source_lang: str, target_lang:
     """The official lowercased, Moses-tokenized references of `split`, `tok/{split}.lc.norm.tok.{target_lang}`, where
     the corpus is a folder of Multi30k's layout that has them; None for any other corpus. The split is found as
     `load_corpus` finds it ("valid" also finds "validation")."""
-    from ..data.corpora import find_split
-    from ..data.multi30k import MULTI30K, multi30k_dir
-    from ..data.text import read_lines
+    from vanilla_transformer.data.corpora import find_split
+    from vanilla_transformer.data.multi30k import MULTI30K, multi30k_dir
+    from vanilla_transformer.data.text import read_lines
 
     if corpus == MULTI30K:
         folder = multi30k_dir(languages=(source_lang, target_lang))
@@ -61,7 +62,7 @@ def bleu_statistics(
     sentences they give its corpus BLEU (`bleu_from_statistics`), so the bootstrap needs no references."""
     from sacrebleu.metrics import BLEU
 
-    from ..inference.scoring import sacrebleu_options
+    from vanilla_transformer.inference.scoring import sacrebleu_options
 
     bleu = BLEU(lowercase=lowercase, **sacrebleu_options(lang))
     statistics = []
@@ -74,10 +75,10 @@ def bleu_statistics(
 def score_split(model, tokenizer, preset: TrainingPreset, split: str, settings: GridSettings) -> dict:
     """Translate `split` once with the model's generation config and score it (`score_translations`): BLEU,
     tokenized BLEU or None, the hypotheses with their `bleu_statistics`, and the sources and references."""
-    from ..data.corpora import load_corpus, sides
-    from ..data.tokenization import lowercases
-    from ..inference.scoring import score_translations
-    from ..inference.translation import translate
+    from vanilla_transformer.data.corpora import load_corpus, sides
+    from vanilla_transformer.data.tokenization import lowercases
+    from vanilla_transformer.inference.scoring import score_translations
+    from vanilla_transformer.inference.translation import translate
 
     source_lang, target_lang = settings.source_lang, settings.target_lang
     corpus = load_corpus(preset.corpus, split, source_lang, target_lang, preset.dataset_config)

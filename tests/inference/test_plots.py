@@ -1,7 +1,7 @@
 import pytest
 from conftest import tiny_model
 
-from vanilla_transformer.experiments.plots import attention_maps, plot_attention, plot_learning_curves
+from vanilla_transformer.inference.plots import attention_maps, plot_attention, plot_learning_curves
 
 
 def test_learning_curves_png(tmp_path):

@@ -1,4 +1,4 @@
-"""`vanilla-transformer ablate`: the paper's Table 3 grid scaled to a preset, grids from files, a tiny grid trained
+"""`scripts/table3.py`: the paper's Table 3 grid scaled to a preset, grids from files, a tiny grid trained
 end to end by the real command (killed and resumed), and the table, CSV and plot it writes; the converged table's
 parts (issue 48): records kept in a folder that a later run trains nothing for, the paired bootstrap, the agreement
 with the paper, seeds where they matter, the learning rate chosen once, and plateaus and divergence."""
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
-
-from vanilla_transformer.experiments.ablation import (
+from conftest import command_main, tiny_model
+from lab.ablation import (
     AblationRow,
     check_grid,
     load_grid,
@@ -28,15 +27,14 @@ from vanilla_transformer.experiments.ablation import (
     table_from_records,
     with_base_seeds,
 )
-from vanilla_transformer.experiments.grid_records import (
+from lab.grid_records import (
     GridSettings,
     RecordFolder,
     check_grid_folder,
     grid_settings,
     record_text,
 )
-from vanilla_transformer.experiments.row_scores import bleu_statistics, dev_perplexity, tokenized_references
-from vanilla_transformer.experiments.table3 import (
+from lab.report import (
     PAPER_ROWS,
     agreement,
     bleu_from_statistics,
@@ -45,7 +43,11 @@ from vanilla_transformer.experiments.table3 import (
     paired_bootstrap,
     table_rows,
 )
+from lab.row_scores import bleu_statistics, dev_perplexity, tokenized_references
+
 from vanilla_transformer.training.presets import get_training_preset
+
+TABLE3 = str(Path(__file__).resolve().parents[2] / "scripts" / "table3.py")
 
 # processes or training runs: with RUN_SLOW=1 (CI)
 pytestmark = pytest.mark.slow
@@ -106,7 +108,7 @@ def test_grid_files_and_their_mistakes(tmp_path):
 
 
 def test_a_grid_row_with_a_misspelt_key_or_no_changes_is_refused_by_the_command(tmp_path, capsys):
-    from vanilla_transformer.cli.main import main
+    main = command_main("table3")
 
     path = tmp_path / "grid.json"
     cases = [
@@ -118,7 +120,7 @@ def test_a_grid_row_with_a_misspelt_key_or_no_changes_is_refused_by_the_command(
     for grid, expected in cases:
         path.write_text(json.dumps(grid))
         with pytest.raises(SystemExit) as exited:
-            main(["ablate", "--preset", "demo", "--grid", str(path), "--output-dir", str(tmp_path / "grid")])
+            main(["--preset", "demo", "--grid", str(path), "--output-dir", str(tmp_path / "grid")])
         error = capsys.readouterr().err.strip().splitlines()[-1]
         assert exited.value.code == 2 and expected in error, error
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.json"]
@@ -151,7 +153,7 @@ def test_dev_perplexity_is_the_exponent_of_the_unsmoothed_cross_entropy_per_targ
 
 def test_the_command_trains_a_tiny_grid_resumes_it_after_a_kill_and_writes_the_table(tmp_path):
     (tmp_path / "grid.json").write_text(json.dumps([{"name": "d_k=8", "changes": {"qk_head_dim": 8}}]))
-    argv = [sys.executable, "-m", "vanilla_transformer", "ablate", "--preset", "demo", "--grid", "grid.json",
+    argv = [sys.executable, TABLE3, "--preset", "demo", "--grid", "grid.json",
             "--max-steps", "20", "--save-steps", "10", "--eval-steps", "20", "--warmup-steps", "10",
             "--eval-samples", "8", "--threads", "1", "--output-dir", "grid"]  # fmt: skip
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -375,7 +377,7 @@ def test_the_command_keeps_records_that_a_later_run_trains_nothing_for_and_rende
     tokenizer; --table-only renders the same table from the records alone."""
     corpus = multi30k_style_corpus(tmp_path / "corpus")
     (tmp_path / "grid.json").write_text(json.dumps([{"name": "d_k=8", "changes": {"qk_head_dim": 8}}]))
-    argv = [sys.executable, "-m", "vanilla_transformer", "ablate", "--preset", "demo", "--corpus", str(corpus),
+    argv = [sys.executable, TABLE3, "--preset", "demo", "--corpus", str(corpus),
             "--grid", "grid.json", "--max-steps", "20", "--save-steps", "10", "--eval-steps", "10",
             "--warmup-steps", "10", "--eval-samples", "8", "--threads", "1", "--seeds", "2",
             "--lr-factors", "0.5,1", "--records", "records"]  # fmt: skip
@@ -403,37 +405,37 @@ def test_the_command_keeps_records_that_a_later_run_trains_nothing_for_and_rende
     assert "| d_k=8 | qk_head_dim=8 |" in table and "| 2 |" in table and "Learning rate, chosen once" in table
 
     # in this process (nothing trains): the second run and the table from the records alone
-    from vanilla_transformer.cli.main import main
+    main = command_main("table3")
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     capsys.readouterr()
-    main([*argv[3:], "--output-dir", "second"])
+    main([*argv[2:], "--output-dir", "second"])
     printed = capsys.readouterr().out
     assert printed.count("(kept in records)") == 6 and "resuming" not in printed
     assert not (tmp_path / "second" / "tokenizer").exists() and not (tmp_path / "second" / "rows").exists()
     assert (tmp_path / "second" / "table3.md").read_text() == table
-    main(["ablate", "--records", "records", "--table-only", "--output-dir", "rendered"])
+    main(["--records", "records", "--table-only", "--output-dir", "rendered"])
     assert (tmp_path / "rendered" / "table3.md").read_text() == table
     assert (tmp_path / "rendered" / "table3_curves.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_command_refuses_records_of_other_settings_and_a_table_without_records(tmp_path, capsys):
-    from vanilla_transformer.cli.main import main
+    main = command_main("table3")
 
     preset = get_training_preset("demo")
     RecordFolder(tmp_path / "records", grid_settings(preset, GridSettings()))
     with pytest.raises(SystemExit) as exited:
-        main(["ablate", "--preset", "demo", "--max-steps", "7", "--records", str(tmp_path / "records"),
+        main(["--preset", "demo", "--max-steps", "7", "--records", str(tmp_path / "records"),
               "--output-dir", str(tmp_path / "grid")])  # fmt: skip
     assert exited.value.code == 2 and "(preset.max_steps differ)" in capsys.readouterr().err
     assert not (tmp_path / "grid").exists()  # refused before anything was made
     with pytest.raises(SystemExit) as exited:
-        main(["ablate", "--table-only", "--output-dir", str(tmp_path / "table")])
+        main(["--table-only", "--output-dir", str(tmp_path / "table")])
     assert exited.value.code == 2 and "--table-only renders the table from the records" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
-        main(["ablate", "--lr-factors", "1,1", "--output-dir", str(tmp_path / "grid")])
+        main(["--lr-factors", "1,1", "--output-dir", str(tmp_path / "grid")])
     assert exited.value.code == 2 and "give different factors" in capsys.readouterr().err
 
 

@@ -10,9 +10,9 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import DataError, OutputError
-from ..files.outputs import write_text_atomic
-from ..training.presets import TrainingPreset
+from vanilla_transformer.errors import DataError, OutputError
+from vanilla_transformer.files.outputs import write_text_atomic
+from vanilla_transformer.training.presets import TrainingPreset
 
 GRID_RECORD = "ablation.json"
 
