@@ -3,7 +3,7 @@ loader's rate, on a synthetic WMT14-shaped corpus of N pairs (`scripts/lab/data_
 counted and how the corpus is drawn).
 
     python scripts/benchmark_data.py --pairs 1000000,4500000 --workdir /tmp/data-bench
-    python scripts/benchmark_data.py --pairs 100000 --workdir /tmp/data-bench --preset demo --streaming
+    python scripts/benchmark_data.py --pairs 100000 --workdir /tmp/data-bench --preset demo
 """
 
 import argparse
@@ -42,11 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "are reused, the rest replaced)",
     )
     parser.add_argument("--preset", default="paper-base", choices=sorted(TRAINING_PRESETS))
-    parser.add_argument("--streaming", action="store_true", help="also time a cold start with --streaming")
     parser.add_argument(
         "--train-flags",
         default="",
-        help="more flags for train-no-trainer, in one string (e.g. '--tokens-per-update 8192 --threads 2')",
+        help="more flags for train, in one string (e.g. '--tokens-per-update 8192 --threads 2')",
     )
     parser.add_argument(
         "--output",
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
     prepare_workdir(workdir)
     report = {"machine": machine_description("cpu"), "results": []}
     for pairs in args.pairs:
-        result = benchmark_data(pairs, workdir, args.preset, tuple(args.train_flags.split()), streaming=args.streaming)
+        result = benchmark_data(pairs, workdir, args.preset, tuple(args.train_flags.split()))
         report["results"].append(result)
         write_text_atomic(output, json.dumps(report, indent=2) + "\n")
         print(json.dumps(result, indent=2))

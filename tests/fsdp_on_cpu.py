@@ -6,7 +6,7 @@ model in DDP. torch's FSDP2 (`fully_shard`) itself runs on the CPU over gloo. Th
 FSDP where it would have dropped the plugin, exactly as it does on GPUs (`AcceleratorState.__init__`), and changes
 nothing else: every FSDP code path of accelerate, transformers and this package then runs as on GPUs, on CPU tensors.
 
-    accelerate launch --num_processes 2 --use_fsdp --fsdp_version 2 tests/fsdp_on_cpu.py train-no-trainer ...
+    accelerate launch --num_processes 2 --use_fsdp --fsdp_version 2 tests/fsdp_on_cpu.py train ...
 """
 
 import runpy

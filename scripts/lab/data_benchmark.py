@@ -1,11 +1,11 @@
 """The data pipeline at the paper's scale: a synthetic WMT14-shaped corpus of N pairs, trained on from raw text as a
-user would (`vanilla-transformer train-no-trainer` in a process of its own), timed and its memory watched.
+user would (`vanilla-transformer train` in a process of its own), timed and its memory watched.
 
 What is measured, per N: the **cold start** (raw text → the first batch and the first update: the tokenizer learned,
-the corpus tokenized into the cache), the **restart** to one more update (from the checkpoint, opening the cache),
-optionally the cold start with `--streaming`; the peak RSS of the training process and its workers (sampled every
-0.25 s); the caches' size on disk; and the training loop's `DataLoader`'s own rate in source+target tokens per second,
-beside the tokens per second the model's update consumed.
+the corpus tokenized into the cache), the **restart** to one more update (from the checkpoint, opening the cache);
+the peak RSS of the training process and its workers (sampled every
+0.25 s); the caches' size on disk; and the Trainer's `DataLoader`'s own rate in source+target tokens per second,
+beside the tokens per second the model's first update consumed.
 
 The synthetic corpus has newstest2014's sentence lengths: English words per sentence log-normal with the log-mean
 and log-sd of newstest2014.en (2.85, 0.54: mean 19.8 words), German length the English one times a normal ratio of
@@ -219,7 +219,6 @@ def benchmark_data(
     workdir: Path,
     preset: str = "paper-base",
     extra_flags: tuple[str, ...] = (),
-    streaming: bool = False,
 ) -> dict:
     """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir`, a folder
     `prepare_workdir` accepted (the corpus is kept there and reused by a later call; the runs, caches and the
@@ -234,7 +233,7 @@ def benchmark_data(
         started = time.perf_counter()
         shape = write_synthetic_corpus(corpus, pairs)
         shape["write_corpus_s"] = time.perf_counter() - started
-    for folder in (run, caches, logs, workdir / f"stream-{pairs}"):
+    for folder in (run, caches, logs):
         shutil.rmtree(folder, ignore_errors=True)
     logs.mkdir()
     env = {
@@ -245,33 +244,31 @@ def benchmark_data(
         "PYTHONUNBUFFERED": "1",  # each line when printed: its time is what is measured
     }
     flags = ["--preset", preset, "--corpus", str(corpus), "--valid-split", "valid", "--save-steps", "1"]
-    flags += ["--eval-samples", str(EVAL_SAMPLES), "--log-steps", "1", *extra_flags]
-    command = [sys.executable, "-m", "vanilla_transformer", "train-no-trainer", *flags, "--output-dir", str(run)]
-    marks = {"first_batch": r"parameters; ", "first_update": r"^step 1: loss"}
+    flags += ["--average-last", "1", "--eval-samples", str(EVAL_SAMPLES), "--log-steps", "1", "--report-to", "none"]
+    command = [sys.executable, "-m", "vanilla_transformer", "train", *flags, *extra_flags, "--output-dir", str(run)]
+    update = r"\{'loss': "  # the Trainer's log line of an update (--log-steps 1)
+    marks = {"first_batch": r"parameters; ", "first_update": update}
     report = {"pairs": pairs, "preset": preset, "flags": list(extra_flags), **shape}
     report["cold"] = run_timed([*command, "--max-steps", "1"], env, marks, logs / "cold.log")
     report["cache_bytes"] = {
         "datasets_arrow": folder_bytes(caches / "datasets"),
         "tokenized": folder_bytes(caches / "tokenized"),
     }
-    restart_marks = {"resumed": r"^resuming from", "next_update": r"^step 2: loss"}
+    restart_marks = {"resumed": r"^resuming from", "next_update": update}
     report["restart"] = run_timed([*command, "--max-steps", "2"], env, restart_marks, logs / "restart.log")
     # in a process of its own: the caches are found through the environment `datasets` reads when imported
     max_tokens = _flag(extra_flags, "--max-tokens") or TRAINING_PRESETS[preset].max_tokens
     loader, loader_env = lab_process("data_benchmark", str(corpus), str(run), preset, str(max_tokens), env=env)
     output = subprocess.run(loader, env=loader_env, check=True, capture_output=True, text=True).stdout
     report["loader"] = json.loads(output.strip().splitlines()[-1])
-    step = re.search(r"(\d+) target tokens", report["cold"]["lines"].get("first_update", ""))
-    if step and "first_batch_s" in report["cold"]:
+    # the run's first line: real tokens per batch on average, and batches per update
+    summary = report["cold"]["lines"].get("first_batch", "")
+    batch = re.search(r"\((\d+) real on average", summary)
+    batches = re.search(r"(\d+) batch\(es\) per process and update", summary)
+    if batch and batches and "first_update_s" in report["cold"]:
         seconds = report["cold"]["first_update_s"] - report["cold"]["first_batch_s"]
-        report["model_target_tokens_per_s"] = int(step.group(1)) / seconds
-        report["loader_over_model"] = report["loader"]["target_tokens_per_s"] / report["model_target_tokens_per_s"]
-    if streaming:
-        stream_run = workdir / f"stream-{pairs}"
-        # the cold run's tokenizer: a stream is never read whole, so it learns no BPE
-        stream_flags = ["--streaming", "--tokenizer", str(run / "tokenizer"), "--max-steps", "1"]
-        stream_command = [*command[:-1], str(stream_run), *stream_flags]
-        report["streaming"] = run_timed(stream_command, env, marks, logs / "streaming.log")
+        report["model_tokens_per_s"] = int(batch.group(1)) * int(batches.group(1)) / seconds
+        report["loader_over_model"] = report["loader"]["tokens_per_s"] / report["model_tokens_per_s"]
     return report
 
 

@@ -91,14 +91,6 @@ REFUSED = [
         "not a whole number: the number of updates",
     ),
     (["train", "--output-dir", "FILE"], "--output-dir", "FILE", "is a file, not a folder"),
-    (
-        ["train-no-trainer", "--output-dir", "o", "--gradient-accumulation-steps", "0"],
-        "--gradient-accumulation-steps",
-        "0",
-        "leave the flag out",
-    ),  # fmt: skip
-    (["train-no-trainer", "--output-dir", "o", "--eval-batch-size", "0"], "--eval-batch-size", "0", "at least 1"),
-    (["train-no-trainer", "--output-dir", "o", "--train-samples", "-1"], "--train-samples", "-1", "leave the flag out"),
     (["demo", "--max-steps", "2"], "--max-steps", "2", "give 3 or more"),
     (["demo", "--output-dir", "UNDER_FILE"], "--output-dir", "UNDER_FILE", "is a file, so nothing can be created"),
     (["train-tokenizer", "--output-dir", "o", "--vocab-size", "100"], "--vocab-size", "100", "give 260 or more"),
@@ -202,7 +194,7 @@ def test_beams_past_the_vocabulary_are_refused_once_it_is_known(tmp_path):
         model.generate(input_ids=torch.tensor([[5, 6, 2]]), num_beams=65)
     # training knows its vocabulary from the preset
     with pytest.raises(SettingsError, match=r"--eval-beams 1001 is more beams than the vocabulary's 1000 tokens"):
-        TrainingSettings(get_training_preset("demo"), tmp_path / "run", eval_beams=1001).check(trainer=False)
+        TrainingSettings(get_training_preset("demo"), tmp_path / "run", eval_beams=1001).check()
 
 
 # --- user errors after parsing, and bugs ------------------------------------------------------------------------------
@@ -357,10 +349,9 @@ def test_a_full_disk_reported_by_a_native_writer_is_a_user_error():
 
 def test_vocab_size_beside_a_given_tokenizer_is_refused_not_ignored(tmp_path, builtin_tokenizer, capsys):
     builtin_tokenizer.save_pretrained(tmp_path / "tokenizer")
-    for command in ("train", "train-no-trainer"):
-        argv = [command, "--tokenizer", str(tmp_path / "tokenizer"), "--vocab-size", "500"]
-        with pytest.raises(SystemExit) as exited:
-            main([*argv, "--output-dir", str(tmp_path / "run")])
-        error = capsys.readouterr().err.strip().splitlines()[-1]
-        assert exited.value.code == 2 and "--vocab-size 500 sizes the BPE a run learns" in error
+    argv = ["train", "--tokenizer", str(tmp_path / "tokenizer"), "--vocab-size", "500"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--output-dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and "--vocab-size 500 sizes the BPE a run learns" in error
     assert not (tmp_path / "run").exists()

@@ -146,8 +146,9 @@ def test_what_a_killed_cache_build_left_is_removed_by_the_next_command(tmp_path)
     killed = sorted(tokenized.iterdir()) + sorted(text.iterdir())
     live = partial_path(tokenized / "c")
     live.mkdir()
-    argv = ["train-no-trainer", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid"]
-    argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1", "--output-dir", str(tmp_path / "run")]
+    argv = ["train", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid", "--average-last", "1"]
+    argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1", "--report-to", "none"]
+    argv += ["--output-dir", str(tmp_path / "run")]
     done = subprocess.run([sys.executable, "-m", "vanilla_transformer", *argv], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(killed) == 2 and not any(path.exists() for path in killed) and live.is_dir()
@@ -204,8 +205,8 @@ def test_training_on_a_tampered_cache_builds_it_again(tmp_path):
     corpus = write_corpus(tmp_path / "corpus", pairs[:250])
     write_corpus(corpus, pairs[250:], split="valid")
     env = dict(os.environ, VANILLA_TRANSFORMER_TOKENIZED_CACHE=str(tmp_path / "tokenized"))
-    argv = ["train-no-trainer", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid"]
-    argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1"]
+    argv = ["train", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid", "--average-last", "1"]
+    argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1", "--report-to", "none"]
     for run in ("first", "second"):
         command = [sys.executable, "-m", "vanilla_transformer", *argv, "--output-dir", str(tmp_path / run)]
         done = subprocess.run(command, env=env, capture_output=True, text=True)

@@ -369,20 +369,17 @@ def test_plot_attention_writes_beside_and_never_into_the_model(model_folder, tmp
     assert all_leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("function", ["train", "train_no_trainer"])
-def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(function, tmp_path):
-    from vanilla_transformer.training.no_trainer import train_no_trainer
+def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(tmp_path):
     from vanilla_transformer.training.run import train
     from vanilla_transformer.training.settings import TrainingSettings, check_run_folder
 
-    train_function = {"train": train, "train_no_trainer": train_no_trainer}[function]
     preset = get_training_preset("demo")
     stranger = tmp_path / "photos"
     stranger.mkdir()
     (stranger / "holiday.jpg").write_bytes(b"\xff\xd8 a photo")
     before = tree_state(tmp_path)
     with pytest.raises(OutputError, match=r"photos is a non-empty folder .* pass --overwrite"):
-        train_function(TrainingSettings(preset, stranger))
+        train(TrainingSettings(preset, stranger))
     assert tree_state(tmp_path) == before
     check_run_folder(TrainingSettings(preset, stranger, overwrite=True))  # allowed, and said
 

@@ -1,7 +1,7 @@
-"""Data parallelism on the CPU: `scripts/train.py` (Seq2SeqTrainer) and `scripts/train_no_trainer.py` (a plain
-`accelerate` loop) launched with `torchrun --nproc_per_node 2` (a gloo group; `accelerate launch --cpu` would start
-one process) follow one process with twice the batch, evaluate every example exactly once, and resume exactly; settings
-that cannot finish stop every process with the same error before training, with none left waiting in gloo."""
+"""Data parallelism on the CPU: `vanilla-transformer train` (Seq2SeqTrainer) launched with `torchrun --nproc_per_node
+2` (a gloo group; `accelerate launch --cpu` would start one process) follows one process with twice the batch,
+evaluates every example exactly once, and resumes exactly; settings that cannot finish stop every process with the
+same error before training, with none left waiting in gloo."""
 
 import json
 import os
@@ -16,7 +16,6 @@ import torch
 from accelerate.data_loader import BatchSamplerShard
 from conftest import EOS, tiny_model
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM
 
 from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 
@@ -24,6 +23,7 @@ from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ("-m", "vanilla_transformer", "train")
 VALID_PAIRS = 7  # odd: two processes cannot split it evenly, so accelerate repeats an example to pad the last batch
 # a small learning rate keeps Adam's amplification of rounding differences in near-zero gradients below 1e-6
 COMMON = ["--preset", "demo", "--max-steps", "5", "--warmup-steps", "2", "--lr-factor", "0.002", "--dropout", "0",
@@ -37,15 +37,15 @@ def launch_environment() -> dict[str, str]:
 
 
 def run_launched(
-    script: str | Path | tuple[str, ...], processes: int, *args: str, env: dict[str, str] | None = None
+    script: tuple[str, ...], processes: int, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run `scripts/<script>` (or a path, or a module and its arguments: `("-m", "vanilla_transformer", "train")`) in
+    """Run the script `script[0]` with its arguments (or a module: `("-m", "vanilla_transformer", "train")`) in
     `processes` processes (torchrun, gloo, one thread each), with `env` added to the environment."""
     launcher = [sys.executable]
     if processes > 1:
         # --standalone: a rendezvous on a free port, so that parallel test workers do not collide
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    target = list(script) if isinstance(script, tuple) else [str(ROOT / "scripts" / script)]
+    target = list(script)
     return subprocess.run(
         [*launcher, *target, *args],
         cwd=ROOT,
@@ -56,7 +56,7 @@ def run_launched(
 
 
 def launch(
-    script: str | Path | tuple[str, ...], processes: int, *args: str, env: dict[str, str] | None = None
+    script: tuple[str, ...], processes: int, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """`run_launched`, which must succeed."""
     result = run_launched(script, processes, *args, env=env)
@@ -87,7 +87,7 @@ def trainer_runs(tmp_path_factory) -> dict[int, Path]:
         runs[processes] = tmp_path_factory.mktemp(f"trainer{processes}")
         # the console command as the README launches it (`torchrun -m vanilla_transformer train`); --max-grad-norm: a
         # norm never reached, so that the Trainer computes and logs the gradient norm
-        launch(("-m", "vanilla_transformer", "train"), processes, *COMMON, "--output-dir", str(runs[processes]),
+        launch(TRAIN, processes, *COMMON, "--output-dir", str(runs[processes]),
                "--per-device-batch-size", str(batch), "--tokens-per-update", "320", "--save-steps", "5",
                "--eval-steps", "5", "--average-last", "1", "--report-to", "none", "--max-grad-norm", "1e9")  # fmt: skip
     return runs
@@ -111,10 +111,10 @@ def test_trainer_on_two_processes_follows_one_process_with_twice_the_batch(train
 def test_trainer_evaluation_on_two_processes_returns_one_prediction_per_example(trainer_runs, tmp_path):
     # Seq2SeqTrainer.predict itself gathers with `gather`, which keeps the example accelerate repeats to give both
     # processes 4 batches of 2: 8 rows for 7 pairs
-    script = ROOT / "tests" / "distributed_predict.py"
+    script = str(ROOT / "tests" / "distributed_predict.py")
     one, two = tmp_path / "one.json", tmp_path / "two.json"
-    launch(script, 1, str(one))
-    launch(script, 2, str(two))
+    launch((script, str(one)), 1)
+    launch((script, str(two)), 2)
     single, distributed = json.loads(one.read_text()), json.loads(two.read_text())
     assert len(single) == len(distributed) == VALID_PAIRS
     assert distributed == single  # the same greedy translations in dataset order
@@ -125,74 +125,29 @@ def test_trainer_evaluation_on_two_processes_returns_one_prediction_per_example(
         assert two_log[metric] == pytest.approx(one_log[metric], rel=1e-9, abs=1e-12)
 
 
-@pytest.fixture(scope="module")
-def no_trainer_runs(tmp_path_factory) -> dict[int, Path]:
-    """The accelerate loop: 1 process × 4 pairs and 2 processes × 2 pairs, 2 accumulated batches per update, on 40
-    pairs (an epoch is 5 updates); validation batches of 2 pairs per process."""
-    runs = {}
-    for processes, batch in ((1, 4), (2, 2)):
-        runs[processes] = tmp_path_factory.mktemp(f"no_trainer{processes}")
-        launch("train_no_trainer.py", processes, *COMMON, "--output-dir", str(runs[processes]),
-               "--per-device-batch-size", str(batch), "--gradient-accumulation-steps", "2", "--train-samples", "40",
-               "--eval-batch-size", "2", "--save-steps", "100", "--eval-steps", "100")  # fmt: skip
-    return runs
-
-
-def no_trainer_log(run: Path) -> dict:
-    return json.loads((run / "train_log.json").read_text())
-
-
-def test_no_trainer_loop_on_two_processes_follows_one_process_with_twice_the_batch(no_trainer_runs):
-    one, two = (no_trainer_log(no_trainer_runs[n]) for n in (1, 2))
-    assert_same_losses(one["losses"], two["losses"])
-    assert one["losses"][-1] < one["losses"][0]
-    assert two["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-4)
-    assert_same_weights(no_trainer_runs[1] / "final", no_trainer_runs[2] / "final")
-    # accelerator.save_model + config files: a folder that from_pretrained loads with exactly the saved weights
-    model = AutoModelForSeq2SeqLM.from_pretrained(no_trainer_runs[2] / "final")
-    saved = load_file(no_trainer_runs[2] / "final" / "model.safetensors")
-    for name, tensor in model.state_dict().items():
-        if name in saved:
-            torch.testing.assert_close(tensor, saved[name], rtol=0, atol=0)
-    assert torch.equal(model.lm_head.weight, saved["model.shared.weight"])  # tied, stored once
-
-
-def test_no_trainer_evaluation_on_two_processes_returns_one_prediction_per_example(no_trainer_runs):
-    one, two = (no_trainer_log(no_trainer_runs[n]) for n in (1, 2))
-    assert len(one["predictions"]) == len(two["predictions"]) == VALID_PAIRS
-    assert two["evaluations"][-1]["n"] == VALID_PAIRS
-    # the same translations in dataset order; distinct sentences, so a repeated or dropped one would show
-    assert two["predictions"] == one["predictions"]
-    assert len(set(one["predictions"])) > 1
-    assert two["evaluations"][-1]["bleu"] == pytest.approx(one["evaluations"][-1]["bleu"], rel=1e-9, abs=1e-12)
-
-
-def test_no_trainer_resume_with_load_state_reproduces_the_uninterrupted_run(tmp_path):
-    # token batches on 2 processes: 40 pairs make 7 batches of ≤140 tokens, 4 per process (one repeated by
-    # even_batches), 2 per update: the checkpoint after update 5 falls inside the third epoch, so resuming sets
-    # the epoch and skips that update's batches
-    args = [*COMMON, "--max-steps", "7", "--max-tokens", "140", "--gradient-accumulation-steps", "2",
-            "--train-samples", "40", "--save-steps", "5", "--eval-steps", "100", "--eval-samples", "2"]  # fmt: skip
+def test_a_resume_on_two_processes_reproduces_the_uninterrupted_run(tmp_path):
+    # token batches on 2 processes: the checkpoint after update 5 falls inside an epoch, so resuming sets the epoch
+    # and skips that update's batches
+    args = [*COMMON, "--max-steps", "7", "--max-tokens", "700", "--tokens-per-update", "2000", "--save-steps", "5",
+            "--eval-steps", "100", "--eval-samples", "2", "--average-last", "2", "--report-to", "none"]  # fmt: skip
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     # the main process tokenizes the corpus into the cache; the other opens the same files
     cache = {"VANILLA_TRANSFORMER_TOKENIZED_CACHE": str(tmp_path / "cache")}
-    first_run = launch("train_no_trainer.py", 2, *args, "--output-dir", str(straight), env=cache)
+    first_run = launch(TRAIN, 2, *args, "--output-dir", str(straight), env=cache)
     assert len(list((tmp_path / "cache").iterdir())) == 2  # train and valid, no staging left
     assert first_run.stderr.count("tokenizing:   0%") == 2, first_run.stderr[-3000:]  # one map each, by one process
     # an interrupted run: what the first one had written when it saved its checkpoint
     resumed.mkdir()
-    for name in ("checkpoint-5", "tokenizer", "train_log.json"):
+    for name in ("checkpoint-5", "tokenizer", "preset.json"):
         source = straight / name
         shutil.copytree(source, resumed / name) if source.is_dir() else shutil.copy(source, resumed / name)
-    resumed_run = launch("train_no_trainer.py", 2, *args, "--output-dir", str(resumed), env=cache)
+    resumed_run = launch(TRAIN, 2, *args, "--output-dir", str(resumed), env=cache)
     assert "tokenizing" not in resumed_run.stderr and len(list((tmp_path / "cache").iterdir())) == 2
+    assert f"resuming from {resumed / 'checkpoint-5'}" in resumed_run.stdout
     assert_same_weights(straight / "final", resumed / "final")
-    # Adam ran as torch's fused kernel, as in the Trainer
-    state = torch.load(straight / "checkpoint-5" / "optimizer.bin", weights_only=True)
+    # Adam ran as torch's fused kernel
+    state = torch.load(straight / "checkpoint-5" / "optimizer.pt", weights_only=True)
     assert state["param_groups"][0]["fused"] is True
-    first, second = no_trainer_log(straight)["losses"], no_trainer_log(resumed)["losses"]
-    assert len(first) == len(second) == 7
-    assert second[5:] == pytest.approx(first[5:], rel=1e-6)
 
 
 def test_token_batches_shard_into_whole_batches_per_process():
@@ -220,7 +175,7 @@ def test_settings_no_run_can_finish_stop_both_processes_before_training(tmp_path
     # issue 23: averaging 3 checkpoints (the demo preset) when 60 updates saved every 30 write 2 failed after all 60
     # updates on one process, and in a collective call on the other
     output = tmp_path / "run"
-    result = run_launched("train.py", 2, "--preset", "demo", "--max-steps", "60", "--save-steps", "30",
+    result = run_launched(TRAIN, 2, "--preset", "demo", "--max-steps", "60", "--save-steps", "30",
                           "--output-dir", str(output), "--report-to", "none")  # fmt: skip
     printed = result.stdout + result.stderr
     # torchrun stops the other process once one fails; that each stops by itself is the test below
@@ -236,7 +191,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
@@ -245,7 +199,7 @@ def free_port() -> int:
         (["--valid-split", "dev"], "the built-in corpus has splits ['test', 'train', 'valid'], not 'dev'"),
     ],
 )
-def test_data_errors_stop_every_process_by_itself(script, flags, error, tmp_path):
+def test_data_errors_stop_every_process_by_itself(flags, error, tmp_path):
     """Errors after the process group exists (a corpus without the split asked for, data that fit no batch): each
     process, started by hand as torchrun would start it but with no launcher to stop the others when one fails,
     exits with the error by itself rather than waiting for a peer."""
@@ -255,7 +209,7 @@ def test_data_errors_stop_every_process_by_itself(script, flags, error, tmp_path
             "--output-dir", str(tmp_path / "run")]  # fmt: skip
     processes = [
         subprocess.Popen(
-            [sys.executable, str(ROOT / "scripts" / script), *args],
+            [sys.executable, *TRAIN, *args],
             cwd=ROOT,
             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             stdout=subprocess.PIPE,
@@ -276,7 +230,7 @@ def test_paper_beam_search_keeps_processes_in_step_with_synced_gpus(tmp_path):
     """Under FSDP or ZeRO-3 every process must run the same number of forwards; the process whose search ends first
     keeps running dummy forwards until the other's ends, and each translates as it would alone."""
     result = tmp_path / "generated.json"
-    launch(("tests/distributed_generate.py",), 2, str(result))
+    launch(("tests/distributed_generate.py", str(result)), 2)
     first, second = json.loads(result.read_text())
     assert first["forwards"] == second["forwards"]
     assert len(first["output"][0]) < len(second["output"][0])  # the first process was done sooner

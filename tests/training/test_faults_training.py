@@ -3,6 +3,7 @@ complete checkpoint and ends with the weights of an uninterrupted run, bit for b
 weights and the same BLEU."""
 
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -31,11 +32,11 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A child process that runs scripts/train.py. With KILL_WHILE_SAVING_STEP=N it dies by SIGKILL half way through
-# writing checkpoint-N's weights: transformers' safetensors writer is wrapped to truncate the file to half its size
-# and kill the process, which is what a pre-emption or the OOM killer does to a save in progress.
+# A child process that runs `vanilla-transformer train`. With KILL_WHILE_SAVING_STEP=N it dies by SIGKILL half way
+# through writing checkpoint-N's weights: transformers' safetensors writer is wrapped to truncate the file to half its
+# size and kill the process, which is what a pre-emption or the OOM killer does to a save in progress.
 CHILD = r"""
-import os, re, runpy, signal, sys
+import os, re, signal, sys
 kill_at = os.environ.get("KILL_WHILE_SAVING_STEP")
 if kill_at:
     import transformers.modeling_utils as modeling_utils
@@ -46,9 +47,9 @@ if kill_at:
             os.truncate(filename, os.path.getsize(filename) // 2)
             os.kill(os.getpid(), signal.SIGKILL)
     modeling_utils.safe_save_file = write_half_then_die
-sys.argv = ["train.py", *sys.argv[1:]]
-runpy.run_path(os.path.join(sys.argv_root, "scripts", "train.py"), run_name="__main__")
-""".replace("sys.argv_root", repr(str(ROOT)))
+from vanilla_transformer.cli.main import main
+main(["train", *sys.argv[1:]])
+"""
 
 MAX_STEPS = 16
 TRAIN_ARGS = [
@@ -258,7 +259,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused_on_every_path(tmp_path, mo
         done = command("train", *QUICK_ARGS, "--output-dir", "run", cwd=tmp_path)  # another process
         assert_one_line(done, "--output-dir run is in use: another run is training in it")
         with pytest.raises(SystemExit) as exited:  # the lock is per open folder: this process is refused as well
-            main(["train-no-trainer", *QUICK_ARGS, "--output-dir", "run"])
+            main(["train", *QUICK_ARGS, "--output-dir", "run"])
         assert exited.value.code == 2 and "is in use" in capsys.readouterr().err
     assert list(run.iterdir()) == []
     with hold_lock(run):  # released when the first holder ends
@@ -274,37 +275,51 @@ torch.save({"cpu_rng_state": Evil()}, sys.argv[1])
 """
 
 
-def test_a_hostile_pickle_in_a_checkpoint_is_refused_in_one_line_and_never_run(quick_run, tmp_path):
+def plain_pickle(path: Path) -> None:  # pickle.dump, not torch.save: no archive to open memory-mapped
+    path.write_bytes(pickle.dumps({"cpu_rng_state": [1, 2, 3]}))
+
+
+def truncated(path: Path) -> None:  # a copy cut short, as a full disk or a kill leaves one
+    path.write_bytes(path.read_bytes()[:200])
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (None, "rng_state.pth holds pickled objects other than tensors"),
+        (plain_pickle, "rng_state.pth is not a whole torch.save file"),
+        (truncated, "rng_state.pth is not a whole torch.save file"),
+    ],
+    ids=["hostile", "plain-pickle", "truncated"],
+)
+def test_a_damaged_or_hostile_pickle_in_a_checkpoint_is_refused_in_one_line_and_never_run(
+    damage, expected, quick_run, tmp_path
+):
     run = tmp_path / "run"
     shutil.copytree(quick_run, run)
+    record = (run / "preset.json").read_bytes()
     marker = tmp_path / "the-pickle-ran"
-    subprocess.run([sys.executable, "-c", EVIL, str(run / "checkpoint-2" / "rng_state.pth"), str(marker)], check=True)
+    rng_state = run / "checkpoint-2" / "rng_state.pth"
+    if damage is None:
+        subprocess.run([sys.executable, "-c", EVIL, str(rng_state), str(marker)], check=True)
+    else:
+        damage(rng_state)
     done = command("train", *QUICK_ARGS, "--max-steps", "4", "--output-dir", "run", cwd=tmp_path)  # resumed
-    assert_one_line(done, "rng_state.pth holds pickled objects other than tensors", "never run")
+    assert_one_line(done, expected, "delete that checkpoint")
     assert not marker.exists()
+    assert (run / "preset.json").read_bytes() == record  # a refused resume changes nothing
 
 
-def test_the_loops_resume_with_dropout_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
-    # the demo preset's dropout (0.1) draws random numbers every update: a resume must draw the same ones
-    argv = ("train-no-trainer", *QUICK_ARGS, "--save-steps", "2", "--average-last", "2")
+def test_a_run_continued_past_its_end_with_dropout_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
+    # the demo preset's dropout (0.1) draws random numbers every update, and the Trainer validates at a run's last
+    # step, drawing a loader seed: the continued run must draw what the straight one drew
+    argv = ("train", *QUICK_ARGS, "--save-steps", "1", "--average-last", "2")
     for output, steps in (("straight", "4"), ("resumed", "2"), ("resumed", "4")):
         done = command(*argv, "--max-steps", steps, "--output-dir", output, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stdout
-    assert "lacks trainer_state.json" not in done.stderr  # the loop's checkpoints are complete without it
     straight, resumed = (load_file(tmp_path / name / "final" / "model.safetensors") for name in ("straight", "resumed"))
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)
-    # a hostile random state in the loop's checkpoint is refused in one line, and the run's record stays as it was
-    run = tmp_path / "resumed"
-    shutil.rmtree(run / "checkpoint-4")
-    record = (run / "preset.json").read_bytes()
-    marker = tmp_path / "the-pickle-ran"
-    subprocess.run(
-        [sys.executable, "-c", EVIL, str(run / "checkpoint-2" / "random_states_0.pkl"), str(marker)], check=True
-    )
-    done = command(*argv, "--max-steps", "6", "--output-dir", "resumed", cwd=tmp_path)
-    assert_one_line(done, "random_states_0.pkl holds pickled objects other than tensors", "never run")
-    assert not marker.exists() and (run / "preset.json").read_bytes() == record
 
 
 def test_fp16_on_a_machine_without_a_gpu_is_refused_not_ignored(tmp_path, monkeypatch, capsys):
@@ -313,9 +328,8 @@ def test_fp16_on_a_machine_without_a_gpu_is_refused_not_ignored(tmp_path, monkey
     if torch.cuda.is_available() or torch.backends.mps.is_available():
         pytest.skip("this machine trains in fp16; the refusal is for machines without a CUDA or MPS device")
     monkeypatch.chdir(tmp_path)
-    for name, flag in (("train", "--fp16"), ("train-no-trainer", "--mixed-precision=fp16")):
-        with pytest.raises(SystemExit) as exited:
-            main([name, *QUICK_ARGS, flag, "--output-dir", "run"])
-        error = capsys.readouterr().err
-        assert exited.value.code == 2 and "--fp16: float16 mixed precision needs a CUDA or MPS device" in error
+    with pytest.raises(SystemExit) as exited:
+        main(["train", *QUICK_ARGS, "--fp16", "--output-dir", "run"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "--fp16: float16 mixed precision needs a CUDA or MPS device" in error
     assert not (tmp_path / "run").exists()

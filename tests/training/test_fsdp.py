@@ -1,16 +1,16 @@
-"""FSDP2 on the CPU (docs/fsdp.md): `train-no-trainer` (the accelerate loop) and `train` (Seq2SeqTrainer) launched with
-`accelerate launch --num_processes 2 --use_fsdp --fsdp_version 2` (2 gloo processes; `fsdp_on_cpu.py` lets accelerate
-run FSDP on the CPU, which it otherwise drops for DDP) follow one process with twice the batch, resume after every
-process of the run is killed with SIGKILL, and end in an ordinary `final/` that translates as the one-process model's.
+"""FSDP2 on the CPU (docs/fsdp.md): `train` (Seq2SeqTrainer) launched with `accelerate launch --num_processes 2
+--use_fsdp --fsdp_version 2` (2 gloo processes; `fsdp_on_cpu.py` lets accelerate run FSDP on the CPU, which it
+otherwise drops for DDP) follows one process with twice the batch, resumes after every process of the run is killed
+with SIGKILL, and ends in an ordinary `final/` that translates as the one-process model's.
 
-Each path trains 6 updates on 40 pairs, saving at 3: the FSDP run is killed right after its checkpoint-3 is complete
+The run trains 6 updates on 40 pairs, saving at 3: the FSDP run is killed right after its checkpoint-3 is complete
 and started again; the one-process run (the same command, in this process, while the FSDP run resumes) goes straight
 through. Weights: every one within 1e-5 and all but 0.01% within 1e-7. FSDP sums the gradients in another order than
 one process, and Adam divides each gradient by its running size, so the rounding difference of a near-zero gradient
-moves its weight by up to a fraction of the learning rate (peak 1.25e-4): in 8 runs (seeds 0-3 of both paths), at
-most 9 of the 710,656 weights differed by more than 1e-7, the largest by 2.0e-6, and 99.9% by at most 1.5e-8. A
-learning rate 5% off, let alone a lost reduction, a restarted optimizer or schedule, or batches skipped or repeated,
-moves 73% of them by more than 1e-5."""
+moves its weight by up to a fraction of the learning rate (peak 1.25e-4): in 8 runs (seeds 0-3 of the Trainer and of
+a loop without it, since removed), at most 9 of the 710,656 weights differed by more than 1e-7, the largest by
+2.0e-6, and 99.9% by at most 1.5e-8. A learning rate 5% off, let alone a lost reduction, a restarted optimizer or
+schedule, or batches skipped or repeated, moves 73% of them by more than 1e-5."""
 
 import contextlib
 import json
@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,6 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from conftest import tiny_model
 from safetensors.torch import load_file
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.fsdp import StateDictType
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
 
@@ -70,19 +68,9 @@ class TrainingPath:
     complete: str  # a file a checkpoint holds only once it is complete
 
 
+# 1 batch per update (--tokens-per-update 320 over ~350 tokens); FULL_STATE_DICT, the one whose checkpoints hold
+# model.safetensors (`fsdp.check_trainer_fsdp`); final/ averages checkpoint-3 and checkpoint-6
 PATHS = {
-    # the loop: 2 accumulated batches per update; FSDP2's default state dict type, SHARDED_STATE_DICT (checkpoints
-    # as torch distributed checkpoints), and FSDP's activation checkpointing (each layer's forward run again in the
-    # backward pass)
-    "loop": TrainingPath(
-        "train-no-trainer",
-        ["--per-device-batch-size", "4", "--gradient-accumulation-steps", "2", "--eval-batch-size", "2"],
-        ["--per-device-batch-size", "2", "--gradient-accumulation-steps", "2", "--eval-batch-size", "2"],
-        ["--fsdp_activation_checkpointing", "true"],
-        "scheduler.bin",
-    ),
-    # the Trainer: 1 batch per update (--tokens-per-update 320 over ~350 tokens); FULL_STATE_DICT, the one whose
-    # checkpoints hold model.safetensors (`fsdp.check_trainer_fsdp`); final/ averages checkpoint-3 and checkpoint-6
     "trainer": TrainingPath(
         "train",
         ["--per-device-batch-size", "8", "--tokens-per-update", "320", "--average-last", "2", "--report-to", "none"],
@@ -196,14 +184,8 @@ def runs(request, corpus, tmp_path_factory) -> Runs:
 
 
 def weights_at(run: Path, checkpoint: str) -> dict[str, torch.Tensor]:
-    """A checkpoint's or final/'s weights: model.safetensors, or the torch distributed checkpoint the loop writes
-    under FSDP's SHARDED_STATE_DICT (one shard per process), read back whole."""
-    folder = run / checkpoint
-    if (folder / "model.safetensors").is_file():
-        return load_file(folder / "model.safetensors")
-    with tempfile.TemporaryDirectory() as scratch:
-        dcp_to_torch_save(folder / "pytorch_model_fsdp_0", Path(scratch) / "whole.pt")
-        return torch.load(Path(scratch) / "whole.pt", weights_only=True)["model"]
+    """A checkpoint's or final/'s weights."""
+    return load_file(run / checkpoint / "model.safetensors")
 
 
 def assert_same_weights(fsdp: dict[str, torch.Tensor], one: dict[str, torch.Tensor], what: str) -> None:
@@ -222,10 +204,7 @@ def assert_same_weights(fsdp: dict[str, torch.Tensor], one: dict[str, torch.Tens
 
 
 def updates(run: Runs, which: Path) -> list[dict]:
-    """Per update: loss, gradient norm (and, from the Trainer, learning rate), as the run logged them."""
-    if run.path == "loop":
-        log = json.loads((which / "train_log.json").read_text())
-        return [{"loss": loss, "grad_norm": norm} for loss, norm in zip(log["losses"], log["grad_norms"], strict=True)]
+    """Per update: loss, gradient norm and learning rate, as the run logged them."""
     history = json.loads((which / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())["log_history"]
     return [{key: entry[key] for key in ("loss", "grad_norm", "learning_rate")} for entry in history if "loss" in entry]
 
@@ -236,8 +215,7 @@ def assert_same_updates(fsdp: list[dict], one: list[dict], steps: range) -> None
         # the logged loss is the global one in both; Adam hides a gradient scaled by a constant, the norm does not
         assert math.isclose(a["loss"], b["loss"], rel_tol=1e-4), f"step {step}: loss {a} under FSDP, {b} alone"
         assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=1e-4), f"step {step}: {a} under FSDP, {b} alone"
-        if "learning_rate" in b:
-            assert math.isclose(a["learning_rate"], b["learning_rate"], rel_tol=1e-9), f"step {step}: {a} vs {b}"
+        assert math.isclose(a["learning_rate"], b["learning_rate"], rel_tol=1e-9), f"step {step}: {a} vs {b}"
 
 
 def test_fsdp2_run_follows_one_process_with_twice_the_batch(runs):
@@ -245,11 +223,7 @@ def test_fsdp2_run_follows_one_process_with_twice_the_batch(runs):
     for rank in (0, 1):
         assert f"fsdp_on_cpu: process {rank} runs FSDP2 on the CPU" in runs.killed_log
     saved = runs.fsdp / f"checkpoint-{SAVED}"
-    if runs.path == "loop":  # one shard of weights and one of Adam's moments per process
-        assert len(list((saved / "pytorch_model_fsdp_0").glob("*.distcp"))) == 2
-        assert len(list((saved / "optimizer_0").glob("*.distcp"))) == 2
-    else:
-        assert (saved / "pytorch_model_fsdp.bin").is_file()
+    assert (saved / "pytorch_model_fsdp.bin").is_file()
     # its config.json and code are this package's model's, as one process writes them: not those of the subclass
     # FSDP2 makes of the model in torch's module, which transformers would name and copy
     assert json.loads((saved / "config.json").read_text()) == json.loads(
@@ -274,9 +248,9 @@ def test_fsdp2_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_uninte
     assert f"checkpoint-{SAVED}" in runs.left_when_killed
     assert f"checkpoint-{STEPS}" not in runs.left_when_killed and "final" not in runs.left_when_killed
     assert f"resuming from {runs.fsdp / f'checkpoint-{SAVED}'}" in runs.resumed_log
-    # the resumed updates (from the Trainer: with the schedule's learning rates) are the uninterrupted run's
+    # the resumed updates (with the schedule's learning rates) are the uninterrupted run's
     assert_same_updates(updates(runs, runs.fsdp), updates(runs, runs.one), range(SAVED + 1, STEPS + 1))
-    for folder in ([f"checkpoint-{STEPS}"] if runs.path == "trainer" else []) + ["final"]:
+    for folder in (f"checkpoint-{STEPS}", "final"):
         assert_same_weights(weights_at(runs.fsdp, folder), weights_at(runs.one, folder), f"{runs.path} {folder}")
 
 
@@ -349,18 +323,20 @@ def test_an_fsdp_launch_is_checked_and_its_dropping_on_a_cpu_said(tmp_path, monk
     quick += ["--eval-samples", "2", "--threads", "1", "--max-steps", "1", "--save-steps", "1", "--average-last", "1"]
     quick += ["--output-dir", str(tmp_path / "run")]
     cases = [
-        ("train-no-trainer", {"FSDP_TRANSFORMER_CLS_TO_WRAP": "EncoderLayer"}, "names EncoderLayer, which the model"),
         (
-            "train",
-            {"FSDP_TRANSFORMER_CLS_TO_WRAP": "VanillaTransformerEncoderLayer"},
+            {"FSDP_TRANSFORMER_CLS_TO_WRAP": "EncoderLayer", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"},
+            "names EncoderLayer, which the model",
+        ),
+        (
+            {"FSDP_TRANSFORMER_CLS_TO_WRAP": "VanillaTransformerEncoderLayer", "FSDP_STATE_DICT_TYPE": "SHARDED"},
             "state dict type SHARDED writes the Trainer's checkpoints without model.safetensors",
         ),
     ]
-    for command, env, expected in cases:
+    for env, expected in cases:
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         with pytest.raises(SystemExit) as exited:
-            main([command, *quick])
+            main(["train", *quick])
         error = capsys.readouterr().err.strip().splitlines()[-1]
         assert exited.value.code == 2 and expected in error, error
         assert not (tmp_path / "run").exists()
@@ -368,7 +344,7 @@ def test_an_fsdp_launch_is_checked_and_its_dropping_on_a_cpu_said(tmp_path, monk
     monkeypatch.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "VanillaTransformerEncoderLayer,VanillaTransformerDecoderLayer")
     monkeypatch.setenv("FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT")
     AcceleratorState._reset_state(reset_partial_state=True)
-    main(["train-no-trainer", *quick])
+    main(["train", *quick])
     AcceleratorState._reset_state(reset_partial_state=True)
     assert "launched with FSDP, but accelerate uses FSDP only on GPUs" in caplog.text
     capsys.readouterr()

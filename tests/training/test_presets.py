@@ -20,7 +20,6 @@ from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.grammar import grammar_pairs
 from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.checkpoints import RESUME_FILES, list_checkpoints
-from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import (
     PRESET_FLAGS,
     TRAINING_PRESETS,
@@ -38,13 +37,13 @@ def record_run(output: Path, preset, *, resume: bool = True, write: bool = True,
     check_record(TrainingSettings(preset, output, resume=resume, **options), write=write)
 
 
-def check_settings(preset, output, *, averages_checkpoints: bool, resume: bool = True, **options) -> None:
-    """`TrainingSettings.check` of a run of `preset` with `options` (for `train` when it averages checkpoints)."""
-    TrainingSettings(preset, output, resume=resume, **options).check(trainer=averages_checkpoints)
+def check_settings(preset, output, *, resume: bool = True, **options) -> None:
+    """`TrainingSettings.check` of a run of `preset` with `options`."""
+    TrainingSettings(preset, output, resume=resume, **options).check()
 
 
-def run_with(train_function, preset, output, **options):
-    return train_function(TrainingSettings(preset, output, **options))
+def run_with(preset, output, **options):
+    return train(TrainingSettings(preset, output, **options))
 
 
 def test_presets_are_data_and_overridable():
@@ -82,22 +81,24 @@ def test_a_run_continues_only_with_the_settings_it_recorded(tmp_path, monkeypatc
         record_run(run, get_training_preset("demo", corpus="corpus", max_steps=900, lowercase=True), resume=True)
 
 
-@pytest.mark.parametrize("train_function", [train, train_no_trainer])
-def test_training_refuses_to_mix_two_runs_in_one_folder(train_function, tmp_path):
+def test_training_refuses_to_mix_two_runs_in_one_folder(tmp_path):
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
     with pytest.raises(ValueError, match="already holds a run \\(tokenizer\\)"):
-        run_with(train_function, get_training_preset("demo"), tmp_path, resume=False)
+        run_with(get_training_preset("demo"), tmp_path, resume=False)
     (tmp_path / "preset.json").write_text(json.dumps(get_training_preset("demo", vocab_size=500).as_dict()))
     with pytest.raises(ValueError, match="vocab_size: 500 -> 1000"):
-        run_with(train_function, get_training_preset("demo"), tmp_path)
+        run_with(get_training_preset("demo"), tmp_path)
 
 
-@pytest.mark.parametrize("script", ["train.py", "train_no_trainer.py"])
 @pytest.mark.slow
-def test_both_training_scripts_take_a_flag_for_each_preset_flag_field(script):
+def test_the_train_command_takes_a_flag_for_each_preset_flag_field():
     usage = subprocess.run(
-        [sys.executable, f"scripts/{script}", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "vanilla_transformer", "train", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     flagged = {field for field in get_training_preset("demo").as_dict() if f"--{field.replace('_', '-')} " in usage}
     assert flagged == set(PRESET_FLAGS)
@@ -114,8 +115,8 @@ def test_preset_flags_override_only_the_fields_given():
 
 
 # Settings that no run can finish, as preset fields and options of the training functions, with what the refusal must
-# say: the flags as typed and the fix. Each is refused before the corpus is loaded, on both training paths.
-REFUSED_ON_BOTH_PATHS = [
+# say: the flags as typed and the fix. Each is refused before the corpus is loaded.
+REFUSED = [
     pytest.param({"max_steps": 0}, {}, ["--max-steps 0", "at least 1"], id="max-steps-0"),
     pytest.param({"save_steps": 0}, {}, ["--save-steps 0", "at least 1"], id="save-steps-0"),
     pytest.param({"eval_steps": -5}, {}, ["--eval-steps -5", "at least 1"], id="eval-steps-negative"),
@@ -169,11 +170,6 @@ REFUSED_WHEN_AVERAGING = [
         id="save-steps-past-max-steps",
     ),  # fmt: skip
 ]
-REFUSED_IN_THE_LOOP = [
-    pytest.param({"train_samples": 0}, ["--train-samples 0", "or leave the flag out"], id="train-samples-0"),
-    pytest.param({"gradient_accumulation_steps": 0}, ["--gradient-accumulation-steps 0"], id="accumulation-0"),
-    pytest.param({"eval_batch_size": 0}, ["--eval-batch-size 0"], id="eval-batch-size-0"),
-]
 
 
 def assert_refused(call, expected: list[str], output: Path) -> None:
@@ -187,19 +183,17 @@ def assert_refused(call, expected: list[str], output: Path) -> None:
     assert not output.exists()  # no preset.json, tokenizer or checkpoint
 
 
-@pytest.mark.parametrize("train_function", [train, train_no_trainer])
-@pytest.mark.parametrize(("fields", "options", "expected"), REFUSED_ON_BOTH_PATHS)
-def test_settings_no_run_can_finish_are_refused_before_loading(train_function, fields, options, expected, tmp_path):
+@pytest.mark.parametrize(("fields", "options", "expected"), REFUSED)
+def test_settings_no_run_can_finish_are_refused_before_loading(fields, options, expected, tmp_path):
     preset = get_training_preset("demo", **fields)
-    assert_refused(lambda: run_with(train_function, preset, tmp_path / "run", **options), expected, tmp_path / "run")
+    assert_refused(lambda: run_with(preset, tmp_path / "run", **options), expected, tmp_path / "run")
 
 
-@pytest.mark.parametrize("train_function", [train, train_no_trainer])
-def test_an_output_dir_that_is_a_file_is_refused_and_kept(train_function, tmp_path):
+def test_an_output_dir_that_is_a_file_is_refused_and_kept(tmp_path):
     output = tmp_path / "notes.txt"
     output.write_text("not a run\n")
     with pytest.raises(SettingsError, match=r"--output-dir \S*notes.txt is a file, not a folder"):
-        run_with(train_function, get_training_preset("demo"), output)
+        run_with(get_training_preset("demo"), output)
     assert output.read_text() == "not a run\n"
 
 
@@ -207,16 +201,6 @@ def test_an_output_dir_that_is_a_file_is_refused_and_kept(train_function, tmp_pa
 def test_averaging_more_checkpoints_than_the_run_leaves_is_refused(fields, expected, tmp_path):
     preset = get_training_preset("demo", **fields)
     assert_refused(lambda: train(TrainingSettings(preset, tmp_path / "run")), expected, tmp_path / "run")
-    # the loop averages nothing: the same settings only keep fewer checkpoints
-    check_settings(preset, tmp_path / "run", resume=True, averages_checkpoints=False)
-
-
-@pytest.mark.parametrize(("options", "expected"), REFUSED_IN_THE_LOOP)
-def test_the_loops_own_options_are_refused_before_loading(options, expected, tmp_path):
-    preset = get_training_preset("demo")
-    assert_refused(
-        lambda: train_no_trainer(TrainingSettings(preset, tmp_path / "run", **options)), expected, tmp_path / "run"
-    )
 
 
 def test_every_problem_comes_in_one_message(tmp_path):
@@ -235,11 +219,9 @@ def test_settings_at_the_edges_are_accepted(tmp_path):
         {"max_steps": 10, "warmup_steps": 100, "average_last": 1, "tokens_per_update": 1, "vocab_size": 260},
         {"max_length": 32, "model_overrides": (("position_encoding", "learned"), ("max_position_embeddings", 32))},
     ):
-        check_settings(get_training_preset("demo", **fields), tmp_path, resume=True, averages_checkpoints=True)
-    # batches of pairs leave the token budget unused; a fixed accumulation, the token target
-    preset = get_training_preset("demo", max_tokens=0, tokens_per_update=0)
-    check_settings(preset, tmp_path, resume=True, averages_checkpoints=False, per_device_batch_size=8,
-                   gradient_accumulation_steps=2)  # fmt: skip
+        check_settings(get_training_preset("demo", **fields), tmp_path, resume=True)
+    # batches of pairs leave the token budget unused
+    check_settings(get_training_preset("demo", max_tokens=0), tmp_path, resume=True, per_device_batch_size=8)
     assert trainer_checkpoint_steps(50, 20) == [20, 40, 50] and trainer_checkpoint_steps(60, 20) == [20, 40, 60]
 
 
@@ -250,10 +232,10 @@ def test_a_resumed_run_counts_the_checkpoints_it_already_has(tmp_path):
         (tmp_path / f"checkpoint-{step}").mkdir()
         for name in RESUME_FILES:
             (tmp_path / f"checkpoint-{step}" / name).write_text("")
-    check_settings(preset, tmp_path, resume=True, averages_checkpoints=True)  # 10 and 20 kept, 30 written
+    check_settings(preset, tmp_path, resume=True)  # 10 and 20 kept, 30 written
     with pytest.raises(SettingsError) as refusal:
         check_settings(get_training_preset("demo", max_steps=30, save_steps=10, average_last=5), tmp_path,
-                       resume=True, averages_checkpoints=True)  # fmt: skip
+                       resume=True)  # fmt: skip
     assert (
         "--average-last 5 averages the last 5 checkpoints at the end, but --max-steps 30 with --save-steps 10 leaves "
         f"3 (checkpoint-10, checkpoint-20, checkpoint-30; 2 of them already in {tmp_path}); give --average-last 3, "
@@ -262,21 +244,20 @@ def test_a_resumed_run_counts_the_checkpoints_it_already_has(tmp_path):
     # a finished run started again writes nothing more
     with pytest.raises(SettingsError, match="leaves 2 \\(checkpoint-10, checkpoint-20; 2 of them"):
         check_settings(get_training_preset("demo", max_steps=20, save_steps=10, average_last=3), tmp_path,
-                       resume=True, averages_checkpoints=True)  # fmt: skip
+                       resume=True)  # fmt: skip
 
 
-@pytest.mark.parametrize("train_function", [train, train_no_trainer])
-def test_data_no_batch_can_hold_is_refused_right_after_tokenizing(train_function, tmp_path):
+def test_data_no_batch_can_hold_is_refused_right_after_tokenizing(tmp_path):
     options = {"eval_samples": 4, "threads": 1}
     too_small = get_training_preset("demo", max_tokens=20, vocab_size=300)
     with pytest.raises(SettingsError, match=r"--max-tokens 20 is smaller than the longest training pair \((\d+) "):
-        run_with(train_function, too_small, tmp_path, **options)
+        run_with(too_small, tmp_path, **options)
     too_short = get_training_preset("demo", max_length=1, vocab_size=300)
     with pytest.raises(SettingsError, match=r"--max-length 1 leaves no training pair: 6000 of the 6000 pairs"):
-        run_with(train_function, too_short, tmp_path, **options)
+        run_with(too_short, tmp_path, **options)
     # nothing trained; the tokenizer stays, and a run with the suggested fix may continue in the folder
     assert sorted(path.name for path in tmp_path.iterdir()) == ["preset.json", "tokenizer"]
-    check_settings(replace(too_small, max_tokens=3000), tmp_path, resume=True, averages_checkpoints=True)
+    check_settings(replace(too_small, max_tokens=3000), tmp_path, resume=True)
 
 
 def test_edge_settings_train_and_leave_the_checkpoints_counted(tmp_path):
@@ -524,5 +505,5 @@ def test_a_tsv_file_not_named_for_its_direction_needs_the_language_flags(tsv_run
     assert tree_digest(tsv_run) == before and not (tsv_run / "NEW").exists()
     # with them, the file under this other name is the corpus RUN trained on: its resume passes the checks
     preset = get_training_preset("demo", corpus="pairs.tsv", max_steps=4, save_steps=2, average_last=1)
-    check_settings(preset, "RUN", averages_checkpoints=True, source_lang="en", target_lang="de")
+    check_settings(preset, "RUN", source_lang="en", target_lang="de")
     (tsv_run / "pairs.tsv").unlink()

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 from datasets import Dataset
 
@@ -12,7 +14,6 @@ from vanilla_transformer.data.tokenization import (
     train_joint_bpe,
 )
 from vanilla_transformer.errors import SettingsError
-from vanilla_transformer.training.no_trainer import train_no_trainer
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.run import build_tokenizer, train
 from vanilla_transformer.training.settings import TrainingSettings
@@ -50,9 +51,9 @@ def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_
 def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("VANILLA_TRANSFORMER_TOKENIZED_CACHE", str(cache))
-    options = {"train_samples": 300, "eval_samples": 4, "log_steps": 1, "threads": 1}
-    preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, max_tokens=1024)
-    train_no_trainer(TrainingSettings(preset, tmp_path / "run", **options))
+    options = {"eval_samples": 4, "log_steps": 1, "threads": 1, "report_to": "none", "progress": False}
+    preset = get_training_preset("demo", max_steps=1, save_steps=1, eval_steps=1000, average_last=1, max_tokens=1024)
+    train(TrainingSettings(preset, tmp_path / "run", **options))
     folders = sorted(path.name for path in cache.iterdir())
     assert len(folders) == 2  # train and valid
 
@@ -60,9 +61,8 @@ def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tm
         raise AssertionError("tokenized again instead of opening the cache")
 
     monkeypatch.setattr(Dataset, "map", fail)
-    preset = get_training_preset("demo", max_steps=2, save_steps=1, eval_steps=1000, max_tokens=1024)
-    run = train_no_trainer(TrainingSettings(preset, tmp_path / "run", **options))
-    assert len(run.losses) == 2
+    run = train(TrainingSettings(replace(preset, max_steps=2), tmp_path / "run", **options))
+    assert [entry["step"] for entry in run.log_history if "loss" in entry] == [1, 2]  # resumed, one more update
     assert sorted(path.name for path in cache.iterdir()) == folders
 
 

@@ -296,8 +296,8 @@ def add_setting_arguments(parser: argparse.ArgumentParser, helps: dict[str, str 
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags `train` and `train-no-trainer` share: `--preset` with one flag per preset field, the output folder,
-    the languages, and the options both training functions take."""
+    """The flags of `train`: `--preset` with one flag per preset field, the output folder, the languages, and the
+    options of the run."""
     add_typed_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)

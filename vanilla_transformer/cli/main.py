@@ -32,7 +32,6 @@ COMMANDS = (
     "download-multi30k",
     "train-tokenizer",
     "train",
-    "train-no-trainer",
     "average",
     "translate",
     "evaluate",

@@ -15,12 +15,6 @@ from transformers import DataCollatorForSeq2Seq
 from ..errors import DataError
 from ..model.generation_vanilla_transformer import check_token_ids
 
-# Pairs per buffer of a stream (`streaming.StreamingTokenBatches`), whose batches are cut from one buffer, so a small
-# buffer pads more: on a WMT-like length distribution, batches of 8192 tokens are 7.6% padding with 100k pairs, 4.0%
-# with 250k, 1.4% with 1M and 0.8% with all 2M sorted at once. The price of 1M: ~270 MB per process, and the first
-# batch after a start or resume waits ~6 minutes for 1M pairs to be tokenized on 2 cores (smaller for short runs).
-DEFAULT_BUFFER_PAIRS = 1_000_000
-
 # the columns `data.tokenized` writes beside the token ids
 SOURCE_LENGTH, TARGET_LENGTH = "source_length", "target_length"
 

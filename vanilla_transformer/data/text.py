@@ -45,8 +45,7 @@ def iter_lines(handle: BinaryIO, name: str) -> Iterator[str]:
 def decode_line(raw: bytes, name: str, number: int) -> str:
     """Line `number` (1-based) of the file `name`, from its bytes up to and including the `\n`: the `\n` and a `\r`
     before it are removed (CRLF files read as LF files) and a byte-order mark is dropped from line 1. A byte that is
-    not UTF-8 raises an error naming the file and the line. The one decoder of every reader here and of
-    `streaming.py`, which reads two files side by side from byte offsets."""
+    not UTF-8 raises an error naming the file and the line. The one decoder of every reader here."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:

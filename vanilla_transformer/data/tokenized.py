@@ -95,7 +95,7 @@ def cache_key(corpus: Dataset, tokenizer_fingerprint: str, source_lang: str, tar
 
 def encode_pairs(tokenizer, sources: list[str], targets: list[str], max_length: int):
     """Each pair's status (`KEPT`, `EMPTY`, `TOO_LONG`), ids (none unless kept) and whether it is kept but mostly
-    control characters: the one filter of `tokenize_pairs` and of `streaming`."""
+    control characters: the filter of `tokenize_pairs`."""
     # text that spells a special token ("</s>", "<pad>") is text: it must not end or pad a sentence
     encoded = tokenizer(sources, text_target=targets, split_special_tokens=True, return_attention_mask=False)
     for source, target, source_ids, target_ids in zip(

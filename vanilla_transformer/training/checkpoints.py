@@ -71,6 +71,11 @@ def check_checkpoint_pickles(folder: str | Path) -> None:
                 f"{path} holds pickled objects other than tensors, so it was refused and never run: if no run of "
                 f"yours wrote it, delete that checkpoint and resume from an earlier one (or start a new --output-dir)"
             ) from error
+        except (RuntimeError, EOFError, ValueError) as error:  # not a torch.save archive, or cut short
+            raise ModelFolderError(
+                f"{path} is not a whole torch.save file ({str(error).splitlines()[0]}), so it was never loaded: delete "
+                f"that checkpoint and resume from an earlier one (or start a new --output-dir)"
+            ) from error
 
 
 def remove_stale_staging(run_dir: str | Path) -> list[Path]:

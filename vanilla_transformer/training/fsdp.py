@@ -1,4 +1,4 @@
-"""What the two training paths do under FSDP2 (`accelerate launch --use_fsdp --fsdp_version 2`) besides what accelerate
+"""What training does under FSDP2 (`accelerate launch --use_fsdp --fsdp_version 2`) besides what accelerate
 does (docs/fsdp.md).
 
 The model shares one matrix between four modules (§3.4): `model.shared`, the encoder's and the decoder's
@@ -63,9 +63,9 @@ def fsdp_requested() -> bool:
     return parse_flag_from_env("ACCELERATE_USE_FSDP")
 
 
-def fsdp_problems(config: VanillaTransformerConfig, trainer: bool) -> list[str]:
+def fsdp_problems(config: VanillaTransformerConfig) -> list[str]:
     """What an FSDP launch asks that cannot work, found on any machine (accelerate drops FSDP without a GPU): a layer
-    class to wrap that the model lacks, and for `train` a sharded state dict."""
+    class to wrap that the model lacks, and a sharded state dict."""
     if not fsdp_requested():
         return []
     found = []
@@ -81,7 +81,7 @@ def fsdp_problems(config: VanillaTransformerConfig, trainer: bool) -> list[str]:
         )
     version = os.environ.get("FSDP_VERSION", "1")
     state_dict_type = os.environ.get("FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT" if version == "1" else "SHARDED")
-    if trainer and "FULL" not in state_dict_type.upper():
+    if "FULL" not in state_dict_type.upper():
         found.append(_sharded_trainer_message(state_dict_type))
     return found
 
@@ -100,8 +100,7 @@ def _sharded_trainer_message(state_dict_type: str) -> str:
     return (
         f"FSDP with state dict type {state_dict_type.rsplit('.', 1)[-1]} writes the Trainer's checkpoints without "
         "model.safetensors, which resuming and --average-last read: launch `train` with `--fsdp_state_dict_type "
-        "FULL_STATE_DICT` (or fsdp_state_dict_type: FULL_STATE_DICT in the accelerate config); `train-no-trainer` "
-        "resumes from either."
+        "FULL_STATE_DICT` (or fsdp_state_dict_type: FULL_STATE_DICT in the accelerate config)."
     )
 
 

@@ -86,10 +86,8 @@ TRAINING_RANGES: dict[str, Range] = {
         0, 1, high_open=True, fix="give a dropout rate from 0 to below 1, where nothing would pass (the paper: 0.1)"
     ),
     "max_length": count("tokens a side of a pair may have"),
-    # the options of the training functions (`training.train`, `no_trainer.train_no_trainer`)
+    # the options of `training.run.train`
     "per_device_batch_size": count("pairs per batch", optional=True),
-    "gradient_accumulation_steps": count("batches per update", optional=True),
-    "train_samples": count("training pairs", optional=True),
     "eval_samples": count("validation pairs", optional=True),
     "eval_batch_size": count("pairs per validation batch"),
     "eval_beams": BEAMS,

@@ -27,7 +27,7 @@ from ..errors import OutputError, SettingsError
 from ..files.outputs import hold_lock, staged_folder
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .checkpoints import average_checkpoints, check_checkpoint_pickles, last_complete_checkpoint, list_checkpoints
+from .checkpoints import average_checkpoints, check_checkpoint_pickles, last_complete_checkpoint
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
@@ -45,7 +45,7 @@ class TrainingRun:
     train_seconds: float
 
 
-def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset | None) -> PreTrainedTokenizerBase:
+def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset) -> PreTrainedTokenizerBase:
     """The run's tokenizer in `output_dir/tokenizer`, where a resume finds it: the one there (another
     `tokenizer_path` is refused), else a copy of `tokenizer_path`, else the joint BPE learned from both sides of the
     corpus or of a seeded sample of `tokenizer_sample_pairs` pairs."""
@@ -60,8 +60,6 @@ def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset | None) ->
         return tokenizer
     if given is not None:
         tokenizer = load_tokenizer(given)
-    elif train_corpus is None:  # a streamed run (`TrainingSettings.check` refuses it first, with the fix)
-        raise SettingsError("no training corpus to learn a BPE from, and no --tokenizer given.")
     else:
         sample = tokenizer_sample(train_corpus, settings.tokenizer_sample_pairs)
         tokenizer = train_joint_bpe(
@@ -101,9 +99,9 @@ class RunData:
     """A run's tokenizer and its tokenized training and validation pairs (`data.tokenized`), with what was dropped."""
 
     tokenizer: PreTrainedTokenizerBase
-    train_set: Dataset | None  # None for a streamed run
+    train_set: Dataset
     valid_set: Dataset
-    train_report: FilterReport | None
+    train_report: FilterReport
     valid_report: FilterReport
 
     def train_tokens(self) -> int:
@@ -112,28 +110,21 @@ class RunData:
 
 
 def prepare_run_data(state: PartialState, settings: TrainingSettings) -> RunData:
-    """The tokenizer and the tokenized pairs (the first `train_samples`/`eval_samples` if given), the main process
-    first, so that it fills the caches before the others open them; a streamed run's training pairs are the loop's.
-    Unlike `state.main_process_first()`, an error in the main process's turn still lets the others past the barrier
-    to meet it themselves, instead of waiting for a peer that is gone until the process group times out."""
+    """The tokenizer and the tokenized pairs (the first `eval_samples` validation pairs if given), the main process
+    first, so that it fills the caches before the others open them. Unlike `state.main_process_first()`, an error in
+    the main process's turn still lets the others past the barrier to meet it themselves, instead of waiting for a
+    peer that is gone until the process group times out."""
     preset, languages = settings.preset, (settings.source_lang, settings.target_lang)
     if not state.is_main_process:
         state.wait_for_everyone()
     try:
-        # a streamed run reads its training pairs as it trains (`data.streaming`), with a tokenizer it was given
-        train_corpus = (
-            None if settings.streaming else load_corpus(preset.corpus, "train", *languages, preset.dataset_config)
-        )
+        train_corpus = load_corpus(preset.corpus, "train", *languages, preset.dataset_config)
         valid_corpus = load_corpus(preset.corpus, preset.valid_split, *languages, preset.dataset_config)
         tokenizer = build_tokenizer(settings, train_corpus)
-        if settings.train_samples and train_corpus is not None:
-            train_corpus = train_corpus.select(range(min(settings.train_samples, len(train_corpus))))
         if settings.eval_samples:
             valid_corpus = valid_corpus.select(range(min(settings.eval_samples, len(valid_corpus))))
         cache = tokenized_cache_root()
-        train_set, train_report = None, None
-        if train_corpus is not None:
-            train_set, train_report = tokenize_pairs(train_corpus, tokenizer, *languages, preset.max_length, cache)
+        train_set, train_report = tokenize_pairs(train_corpus, tokenizer, *languages, preset.max_length, cache)
         valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, *languages, preset.max_length, cache)
     finally:
         if state.is_main_process:
@@ -157,64 +148,58 @@ def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForCondi
 
 @dataclass
 class PreparedRun:
-    """What both training paths train from (`prepare_run`)."""
+    """What a run trains from (`prepare_run`)."""
 
     data: RunData
     model: VanillaTransformerForConditionalGeneration
-    sampler: TokenBudgetBatchSampler | None  # the token batches (None: batches of pairs, or a stream)
+    sampler: TokenBudgetBatchSampler | None  # the token batches (None: batches of pairs)
     accumulation: int  # batches per process and update
     summary: str  # the parameters, pairs, tokens and batches, for the run's first lines
+    resume_from: Path | None  # the checkpoint the run resumes from
 
 
-def prepare_run(state: PartialState, settings: TrainingSettings, *, trainer: bool) -> PreparedRun:
-    """The run's setup for both training paths, on every process under the run's lock, in the order the data flows:
-    the record checked, the tokenized data and what it refuses, the pickles of the checkpoint a resume loads, the
-    record written, the model, and the batches (token budgets, pairs or a stream) with the accumulation that reaches
-    `preset.tokens_per_update` over all processes unless `gradient_accumulation_steps` is given."""
+def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
+    """The run's setup, on every process under the run's lock, in the order the data flows: the record checked, the
+    tokenized data and what it refuses, the checkpoint a resume loads and its pickles, the record written, the
+    model, and the batches (token budgets or pairs) with the accumulation that reaches `preset.tokens_per_update`
+    over all processes."""
     preset, output = settings.preset, settings.output_dir
     # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
     # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
     new_run = not (output / "preset.json").is_file()
     check_record(settings, write=state.is_main_process and new_run)
     data = prepare_run_data(state, settings)
-    state.print(f"train: {data.train_report or 'streamed'}\nvalid: {data.valid_report}")
-    if not settings.streaming:
-        check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
-    if settings.resume and output.is_dir():
-        # the loop's checkpoints hold no trainer_state.json: last_complete_checkpoint would skip each with a warning
-        newest = last_complete_checkpoint(output) if trainer else next(reversed(list_checkpoints(output)), None)
-        if newest is not None:
-            check_checkpoint_pickles(newest)
+    state.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
+    check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
+    # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
+    resume_from = last_complete_checkpoint(output) if settings.resume and output.is_dir() else None
+    if resume_from is not None:  # before the record is rewritten: a refused resume changes nothing
+        check_checkpoint_pickles(resume_from)
     if state.is_main_process and not new_run:
         write_record(settings)
     model = build_model(preset, data.tokenizer)
     sampler = None
-    if settings.streaming:  # the real tokens of a batch are known only as the stream is read: sized by its budget
-        tokens_per_batch, pairs = preset.max_tokens, "a stream of pairs"
+    tokens = data.train_tokens()
+    pairs = f"{len(data.train_set)} pairs, {tokens:,} tokens"
+    if settings.per_device_batch_size:
+        tokens_per_batch = settings.per_device_batch_size * tokens / len(data.train_set)
+        pairs += f" in batches of {settings.per_device_batch_size} pairs"
     else:
-        tokens = data.train_tokens()
-        pairs = f"{len(data.train_set)} pairs, {tokens:,} tokens"
-        if settings.per_device_batch_size:
-            tokens_per_batch = settings.per_device_batch_size * tokens / len(data.train_set)
-            pairs += f" in batches of {settings.per_device_batch_size} pairs"
-        else:
-            sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=settings.seed)
-            tokens_per_batch = sampler.tokens_per_batch()
-            pairs += (
-                f" in {len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on "
-                f"average, padding {sampler.padding_share():.1%})"
-            )
-    accumulation = settings.gradient_accumulation_steps or accumulation_steps(
-        preset.tokens_per_update, tokens_per_batch * state.num_processes
-    )
+        sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, preset.max_tokens, seed=settings.seed)
+        tokens_per_batch = sampler.tokens_per_batch()
+        pairs += (
+            f" in {len(sampler)} batches of ≤{preset.max_tokens} padded tokens ({tokens_per_batch:.0f} real on "
+            f"average, padding {sampler.padding_share():.1%})"
+        )
+    accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * state.num_processes)
     summary = f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}"
-    return PreparedRun(data, model, sampler, accumulation, summary)
+    return PreparedRun(data, model, sampler, accumulation, summary, resume_from)
 
 
-def start_run(settings: TrainingSettings, *, trainer: bool) -> None:
-    """What both training paths do before the process group exists, so that every process refuses the same way:
-    check the settings (an FSDP request's and the folder's too), then set the thread count and the seed."""
-    settings.check(trainer=trainer)
+def start_run(settings: TrainingSettings) -> None:
+    """What a run does before the process group exists, so that every process refuses the same way: check the
+    settings (an FSDP request's and the folder's too), then set the thread count and the seed."""
+    settings.check()
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -228,12 +213,12 @@ def train(settings: TrainingSettings) -> TrainingRun:
     Under N processes (`accelerate launch`, `torchrun`) every process runs this function; the loss is divided by the
     target tokens of all of them, and accumulation counts the tokens of all of them.
     """
-    start_run(settings, trainer=True)
+    start_run(settings)
     preset, output = settings.preset, settings.output_dir
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
     with run_lock(state, output):  # one run at a time in a folder
-        prepared = prepare_run(state, settings, trainer=True)
+        prepared = prepare_run(state, settings)
         model, tokenizer = prepared.model, prepared.data.tokenizer
         trainer = VanillaTransformerTrainer(
             model=model,
@@ -257,8 +242,7 @@ def train(settings: TrainingSettings) -> TrainingRun:
             f"{trainer.args.learning_rate:.2e} at step {preset.warmup_steps}"
         )
 
-        # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
-        checkpoint = last_complete_checkpoint(output) if settings.resume else None
+        checkpoint = prepared.resume_from
         if checkpoint:
             print(f"resuming from {checkpoint}")
         result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

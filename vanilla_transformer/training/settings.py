@@ -1,6 +1,6 @@
 """The run object: every setting of a training run in one frozen dataclass (`TrainingSettings`), built once from a
 preset and the options (flags or Python API), checked once (`check`), written once as the run's record
-(`preset.json`), and passed whole to `prepare_run`, `train` and the accelerate loop.
+(`preset.json`), and passed whole to `prepare_run` and `train`.
 
 It is checked on every process before the process group exists or the corpus is read, so that a doomed setting costs
 no training and no process waits for another; what depends on the data is checked right after tokenizing
@@ -20,10 +20,9 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from ..data.batching import DEFAULT_BUFFER_PAIRS, dataset_lengths, longest_pair_problem
+from ..data.batching import dataset_lengths, longest_pair_problem
 from ..data.corpora import corpus_languages, corpus_location, local_corpus, same_corpus
 from ..data.corpora import corpus_sha256 as content_digest
-from ..data.streaming import stream_problems
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
 from ..errors import SettingsError, UsageError
@@ -47,15 +46,10 @@ RECORDED = (
     "precision",
     "per_device_batch_size",
     "max_grad_norm",
-    "gradient_accumulation_steps",
-    "train_samples",
-    "stream_buffer_pairs",
     "corpus_sha256",
 )
 # the recorded settings a run object takes as options (precision is `mixed_precision`'s; the digest is computed)
 OPTIONS = tuple(name for name in RECORDED if name not in ("precision", "corpus_sha256"))
-# the options only the accelerate loop (`train-no-trainer`) has
-LOOP_ONLY = ("gradient_accumulation_steps", "train_samples", "streaming")
 # what a resume may change: how long it runs and what it keeps (the §5.3 rate depends on the step alone)
 RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
 # what a folder holding a tokenizer but no checkpoint yet fixes: its next start trains from scratch
@@ -71,8 +65,7 @@ def flag(name: str, value: object) -> str:
 @dataclass(frozen=True)
 class TrainingSettings:
     """Everything a training run trains with: the preset and the run's options. Languages left out are the
-    corpus's; `mixed_precision` left out is accelerate's choice in the loop, float32 in the Trainer; `LOOP_ONLY`
-    options are refused by `train`."""
+    corpus's; `mixed_precision` left out is accelerate's launcher's choice, else float32."""
 
     preset: TrainingPreset
     output_dir: Path
@@ -81,9 +74,7 @@ class TrainingSettings:
     seed: int = 0
     mixed_precision: str | None = None  # "no", "bf16", "fp16"
     per_device_batch_size: int | None = None  # batches of pairs instead of token budgets
-    gradient_accumulation_steps: int | None = None  # instead of the preset's tokens_per_update
     max_grad_norm: float = 0.0  # 0: the paper clips nothing
-    train_samples: int | None = None
     eval_samples: int | None = None
     eval_beams: int = 1  # greedy validation; the paper's beam 4 is for the final model
     eval_batch_size: int = 64
@@ -93,8 +84,6 @@ class TrainingSettings:
     overwrite: bool = False  # train in a non-empty folder that holds no run of ours
     tokenizer_path: str | None = None  # an existing tokenizer instead of learning a BPE
     tokenizer_sample_pairs: int | None = TOKENIZER_SAMPLE_PAIRS
-    streaming: bool = False
-    stream_buffer_pairs: int = DEFAULT_BUFFER_PAIRS
     report_to: str = "tensorboard"
     progress: bool = True
     command: str = "train"  # the command final/ is marked as written by
@@ -107,7 +96,7 @@ class TrainingSettings:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, command: str) -> "TrainingSettings":
-        """The settings the flags of `train` or `train-no-trainer` give. Resuming a recorded run (no `--preset`), a
+        """The settings the flags of `train` give. Resuming a recorded run (no `--preset`), a
         flag left out keeps the recorded value: `train --output-dir RUN` continues the run as started, and
         `--max-steps 9000` beside it trains it longer; a flag the run cannot take is refused by `check_record`."""
         if args.tokenizer is not None and args.vocab_size is not None:
@@ -143,7 +132,6 @@ class TrainingSettings:
     def run_record(self) -> dict:
         """What the run records besides its preset (`RECORDED`), each of which changes its weights."""
         values = asdict(self) | {"precision": self.precision, "corpus_sha256": self.corpus_sha256}
-        values["stream_buffer_pairs"] = self.stream_buffer_pairs if self.streaming else None
         return {name: values[name] for name in RECORDED}
 
     def record(self) -> dict:
@@ -155,12 +143,11 @@ class TrainingSettings:
             record["corpus"] = str(local)
         return record | {"run": self.run_record()}
 
-    def check(self, *, trainer: bool) -> None:
-        """Raise a `SettingsError` for every setting that cannot finish as asked; `trainer` (`train`) must also
-        write or find the `preset.average_last` checkpoints it averages."""
-        _raise(problems(self, trainer))
-        if trainer:
-            _raise(checkpoint_problems(self))
+    def check(self) -> None:
+        """Raise a `SettingsError` for every setting that cannot finish as asked, then for a run that cannot write
+        or find the `preset.average_last` checkpoints it averages."""
+        _raise(problems(self))
+        _raise(checkpoint_problems(self))
         check_run_folder(self)
 
 
@@ -169,8 +156,6 @@ def recorded_options(run: dict) -> dict:
     options = {name: run[name] for name in RECORDED if run.get(name) is not None and name in OPTIONS}
     if run.get("precision"):
         options["mixed_precision"] = {"fp32": "no"}.get(run["precision"], run["precision"])
-    if run.get("stream_buffer_pairs"):
-        options["streaming"] = True
     return options
 
 
@@ -178,10 +163,8 @@ def run_flags(run: dict) -> str:
     """The training command's flags for the recorded run settings that differ from the defaults (languages aside)."""
     text = f" --seed {run['seed']}" if run.get("seed") else ""
     text += {"bf16": " --bf16", "fp16": " --fp16"}.get(run.get("precision", "fp32"), "")
-    for name in ("per_device_batch_size", "max_grad_norm", "gradient_accumulation_steps", "train_samples"):
+    for name in ("per_device_batch_size", "max_grad_norm"):
         text += f" {flag(name, run[name])}" if run.get(name) else ""
-    if run.get("stream_buffer_pairs"):
-        text += f" --streaming --stream-buffer-pairs {run['stream_buffer_pairs']}"
     return text
 
 
@@ -195,10 +178,9 @@ def fp16_available() -> bool:
     return torch.cuda.is_available() or torch.backends.mps.is_available()
 
 
-def problems(settings: TrainingSettings, trainer: bool) -> list[str]:
-    """What no run can finish, known without the corpus: numbers out of range, loop options given to the Trainer,
-    fp16 without a device, more beams than tokens, a model that cannot be built, an output that is a file, and what
-    `--streaming` cannot do."""
+def problems(settings: TrainingSettings) -> list[str]:
+    """What no run can finish, known without the corpus: numbers out of range, fp16 without a device, more beams
+    than tokens, a model that cannot be built, and an output that is a file."""
     preset, found = settings.preset, []
     if settings.precision == "fp16" and not fp16_available():
         # transformers' Trainer and accelerate both train in float32 then, without a word
@@ -206,18 +188,10 @@ def problems(settings: TrainingSettings, trainer: bool) -> list[str]:
             "--fp16: float16 mixed precision needs a CUDA or MPS device, and this machine has neither (on a CPU the "
             "run would train in float32 without saying so); use --bf16 on a CPU, or leave the flag out."
         )
-    if trainer:
-        found += [
-            f"--{name.replace('_', '-')} is an option of train-no-trainer (the accelerate loop); train has none."
-            for name in LOOP_ONLY
-            if getattr(settings, name)
-        ]
     values = {name: getattr(preset, name) for name in PRESET_FLAGS if name in TRAINING_RANGES}
     values |= {name: getattr(settings, name) for name in TRAINING_RANGES if name not in values}
     if settings.per_device_batch_size is not None:  # batches of pairs: no token budget applies
         del values["max_tokens"]
-    if settings.gradient_accumulation_steps is not None:  # a fixed accumulation: the token target is not used
-        del values["tokens_per_update"]
     # each number in its range, by the rule its command-line flag applies (`ranges.TRAINING_RANGES`)
     out_of_range = {
         name: problem
@@ -232,17 +206,15 @@ def problems(settings: TrainingSettings, trainer: bool) -> list[str]:
             f"{preset.vocab_size}."
         )
     if "dropout" not in out_of_range:  # an invalid dropout would fail the model's config as well: one message is enough
-        found += _model_problems(preset, trainer)
+        found += _model_problems(preset)
     if settings.output_dir.exists() and not settings.output_dir.is_dir():
         found.append(
             f"--output-dir {settings.output_dir} is a file, not a folder: give a new folder, or the run's own."
         )
-    if settings.streaming:
-        found += _streaming_problems(settings)
     return found
 
 
-def _model_problems(preset: TrainingPreset, trainer: bool) -> list[str]:
+def _model_problems(preset: TrainingPreset) -> list[str]:
     """The preset's model: buildable at all, with positions for the pairs `max_length` keeps, and what an FSDP launch
     asks of it (`fsdp.fsdp_problems`)."""
     try:
@@ -261,23 +233,7 @@ def _model_problems(preset: TrainingPreset, trainer: bool) -> list[str]:
             f"preset's model_overrides); give --max-length {config.max_position_embeddings} or less, or raise "
             f"max_position_embeddings."
         ]
-    return fsdp_problems(config, trainer)
-
-
-def _streaming_problems(settings: TrainingSettings) -> list[str]:
-    """What `--streaming` cannot do: learn a BPE, batches of pairs, a first-N selection, the built-in corpus or a
-    TSV file, and a folder whose training files are not line-aligned."""
-    found = stream_problems(settings.preset.corpus, "train", settings.source_lang, settings.target_lang)
-    if settings.tokenizer_path is None and not (settings.output_dir / "tokenizer" / "tokenizer.json").is_file():
-        found.append(
-            "--streaming never reads the whole corpus, so it cannot learn a BPE from it: give a tokenizer with "
-            "--tokenizer (`vanilla-transformer train-tokenizer`'s output, or another run's tokenizer/ folder)."
-        )
-    if settings.per_device_batch_size:
-        found.append("--streaming cuts token-budget batches (--max-tokens); leave out --per-device-batch-size.")
-    if settings.train_samples:
-        found.append("--streaming reads the whole stream; leave out --train-samples.")
-    return found
+    return fsdp_problems(config)
 
 
 def trainer_checkpoint_steps(

@@ -20,7 +20,7 @@ from ..errors import SettingsError
 from ..files.loading import write_checksums
 from ..files.model_card import card_from_training_log
 from ..files.outputs import fsync_directory, fsync_tree
-from .checkpoints import STAGING_PREFIX, check_checkpoint_pickles, last_complete_checkpoint, remove_stale_staging
+from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
 from .optimization import paper_schedule
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,6 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 )
             resume_from_checkpoint = str(latest)
         if resume_from_checkpoint:
-            check_checkpoint_pickles(resume_from_checkpoint)
             state = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME))
             if 0 < self.args.max_steps <= state.global_step:
                 # a finished run started again: transformers' loop would take one more step before it looks at
@@ -193,7 +192,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # Seq2SeqTrainer.evaluate/predict gather with `accelerator.gather`, which keeps the examples that accelerate
         # repeats so that every process gets as many batches: under N processes BLEU would count some sentences twice
         self.gather_function = self.accelerator.gather_for_metrics
-        return super().evaluation_loop(*args, **kwargs)
+        # the evaluation loader's iterator draws its seed from torch's generator, which dropout draws from too: put
+        # it back, so that when a run validates changes none of its updates (the Trainer validates at the last
+        # step, so a run continued past its end would otherwise differ from one trained straight through)
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            return super().evaluation_loop(*args, **kwargs)
 
     # Private override. Needed for: a saved model folder (and so the Hub repo) without the pickled
     # `training_args.bin`. No public hook: `save_model` reaches `_save` by several paths (plain, FSDP, DeepSpeed,
