@@ -122,8 +122,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from vanilla_transformer.data.staging import partial_path
-tokenized, arrow = partial_path(Path(sys.argv[1])), partial_path(Path(sys.argv[2]))
+from vanilla_transformer.data.staging import staging_path
+tokenized, arrow = staging_path(Path(sys.argv[1])), staging_path(Path(sys.argv[2]))
 tokenized.mkdir(parents=True)
 (tokenized / "encoded.arrow").write_bytes(b"half a corpus")
 arrow.parent.mkdir(parents=True)
@@ -133,7 +133,7 @@ arrow.write_bytes(b"half a corpus")
 
 @pytest.mark.slow
 def test_what_a_killed_cache_build_left_is_removed_by_the_next_command(tmp_path):
-    from vanilla_transformer.data.staging import partial_path
+    from vanilla_transformer.data.staging import staging_path
 
     pairs = [(pair["en"], pair["de"]) for pair in load_builtin("valid")["translation"]]
     corpus = write_corpus(tmp_path / "corpus", pairs[:250])
@@ -144,7 +144,7 @@ def test_what_a_killed_cache_build_left_is_removed_by_the_next_command(tmp_path)
     # a process that dies while writing both caches (as a SIGKILL leaves them), and one that is still writing
     subprocess.run([sys.executable, "-c", LEAVE_PARTIALS, str(tokenized / "a"), str(text / "b.arrow")], check=True)
     killed = sorted(tokenized.iterdir()) + sorted(text.iterdir())
-    live = partial_path(tokenized / "c")
+    live = staging_path(tokenized / "c")
     live.mkdir()
     argv = ["train", "--preset", "demo", "--corpus", str(corpus), "--valid-split", "valid", "--average-last", "1"]
     argv += ["--max-steps", "1", "--eval-samples", "4", "--threads", "1", "--report-to", "none"]

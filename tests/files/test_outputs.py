@@ -17,7 +17,7 @@ import pytest
 from conftest import command_main, run_in_process, tiny_model
 
 from vanilla_transformer.cli.main import main
-from vanilla_transformer.data.staging import writer_tag
+from vanilla_transformer.data.staging import staging_leftovers, writer_tag
 from vanilla_transformer.data.tokenization import save_tokenizer
 from vanilla_transformer.errors import OutputError
 from vanilla_transformer.files.outputs import (
@@ -27,7 +27,6 @@ from vanilla_transformer.files.outputs import (
     read_marker,
     staged_file,
     staged_folder,
-    staged_leftovers,
     write_marker,
 )
 from vanilla_transformer.training.checkpoints import average_checkpoints
@@ -54,7 +53,7 @@ def tree_state(root: Path) -> dict[str, str]:
 
 def all_leftovers(root: Path) -> list[Path]:
     """Staged or replaced files and folders anywhere under `root`."""
-    return [path for folder in [root, *root.rglob("*")] if folder.is_dir() for path in staged_leftovers(folder)]
+    return [path for folder in [root, *root.rglob("*")] if folder.is_dir() for path in staging_leftovers(folder)]
 
 
 def run_command(command: str, *argv: str, cwd: Path, stdin_path: Path | None = None) -> subprocess.CompletedProcess:
@@ -469,7 +468,7 @@ def test_staged_folder_publishes_whole_or_not_at_all(tmp_path):
     destination = tmp_path / "out"
     with staged_folder(destination, "model", "average") as staging:
         (staging / "a.txt").write_text("first\n")
-        assert not destination.exists() and staging.parent == tmp_path and staging.name.startswith(".out-")
+        assert not destination.exists() and staging.parent == tmp_path and staging.name.startswith(".out.")
     assert (destination / "a.txt").read_text() == "first\n" and read_marker(destination)["command"] == "average"
     assert oct(destination.stat().st_mode & 0o777) == oct(0o777 & ~current_umask())
     with pytest.raises(RuntimeError, match="half way"), staged_folder(destination, "model", "average") as staging:
@@ -479,7 +478,7 @@ def test_staged_folder_publishes_whole_or_not_at_all(tmp_path):
     with staged_folder(destination, "model", "average") as staging:
         (staging / "b.txt").write_text("second\n")
     assert sorted(p.name for p in destination.iterdir()) == [MARKER_NAME, "b.txt"]
-    assert staged_leftovers(tmp_path) == []
+    assert staging_leftovers(tmp_path) == []
 
 
 def test_staged_file_replaces_atomically_and_keeps_links(tmp_path):
@@ -489,7 +488,7 @@ def test_staged_file_replaces_atomically_and_keeps_links(tmp_path):
     with pytest.raises(RuntimeError), staged_file(tmp_path / "link.txt") as staging:
         staging.write_text("half")
         raise RuntimeError("interrupted")
-    assert target.read_text() == "old\n" and staged_leftovers(tmp_path) == []
+    assert target.read_text() == "old\n" and staging_leftovers(tmp_path) == []
     with staged_file(tmp_path / "link.txt") as staging:
         staging.write_text("new\n")
         assert target.read_text() == "old\n"
@@ -560,17 +559,17 @@ def test_staging_left_by_a_killed_command_is_removed_by_the_next_one(run_dir, tm
     output = tmp_path / "averaged"
     done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(output)], capture_output=True, check=False)
     assert done.returncode == -9
-    [killed] = staged_leftovers(tmp_path)
+    [killed] = staging_leftovers(tmp_path)
     assert not output.exists() and (killed / "model.safetensors").read_bytes() == b"half"
     # what a live writer (this process) or one on another machine (a shared disk) is writing stays
-    live = tmp_path / f".averaged-{writer_tag()}-abc12345.staged"
-    elsewhere = tmp_path / ".averaged-otherhost-1-abc12345.staged"
-    older = tmp_path / ".averaged-k2j4h5g6.staged"  # the hidden name of versions that named no writer
+    live = tmp_path / f".other.{writer_tag()}.partial"
+    elsewhere = tmp_path / ".averaged.otherhost-1.partial"
+    older = tmp_path / ".averaged.999999.partial"  # the hidden name of versions that named no host
     for folder in (live, elsewhere, older):
         folder.mkdir()
     average_checkpoints(run_dir, output, last=2)
     assert (output / "model.safetensors").is_file()
-    assert staged_leftovers(tmp_path) == sorted([live, elsewhere])
+    assert staging_leftovers(tmp_path) == sorted([live, elsewhere])
 
 
 def test_refusals_of_plot_attention_leave_no_folder_behind(model_folder, tmp_path, monkeypatch, capsys):

@@ -18,7 +18,7 @@ from .anki import SPLITS as ANKI_SPLITS
 from .anki import load_anki
 from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, holds_multi30k, multi30k_dir
-from .staging import partial_path, remove_killed_partials
+from .staging import atomic_file
 from .text import check_text_file, count_lines, file_sha256, iter_lines
 
 BUILTIN = "builtin"
@@ -60,20 +60,17 @@ def _write_pairs_arrow(paths: list[Path], languages: tuple[str, str], arrow: Pat
     a hidden name first so that a killed conversion is never taken for a complete one."""
     schema = pa.schema([("translation", pa.struct([(lang, pa.string()) for lang in languages]))])
     arrow.parent.mkdir(parents=True, exist_ok=True)
-    remove_killed_partials(arrow.parent)  # what a killed conversion left: a whole corpus's text, at WMT's size
-    staging = partial_path(arrow)
-    try:
-        with paths[0].open("rb") as sources, paths[1].open("rb") as targets, pa.OSFile(str(staging), "wb") as sink:
-            pairs = zip(iter_lines(sources, str(paths[0])), iter_lines(targets, str(paths[1])), strict=True)
-            with pa.ipc.new_stream(sink, schema) as writer:
-                while batch := list(islice(pairs, TEXT_BATCH_LINES)):
-                    sides = [pa.array(lines, pa.string()) for lines in zip(*batch, strict=True)]
-                    writer.write_batch(
-                        pa.record_batch([pa.StructArray.from_arrays(sides, names=languages)], schema=schema)
-                    )
-        os.replace(staging, arrow)
-    finally:
-        staging.unlink(missing_ok=True)
+    with (
+        atomic_file(arrow) as staging,  # removes what a killed conversion left: a corpus's text, at WMT's size
+        paths[0].open("rb") as sources,
+        paths[1].open("rb") as targets,
+        pa.OSFile(str(staging), "wb") as sink,
+    ):
+        pairs = zip(iter_lines(sources, str(paths[0])), iter_lines(targets, str(paths[1])), strict=True)
+        with pa.ipc.new_stream(sink, schema) as writer:
+            while batch := list(islice(pairs, TEXT_BATCH_LINES)):
+                sides = [pa.array(lines, pa.string()) for lines in zip(*batch, strict=True)]
+                writer.write_batch(pa.record_batch([pa.StructArray.from_arrays(sides, names=languages)], schema=schema))
 
 
 def load_builtin(split: str, seed: int = 0) -> Dataset:

@@ -22,14 +22,13 @@ import http.client
 import json
 import logging
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DataError, Multi30kUnavailable
-from .staging import partial_path
+from .staging import atomic_file, remove_killed_staging, remove_path, staging_path
 from .text import file_sha256
 
 logger = logging.getLogger(__name__)
@@ -283,14 +282,11 @@ def _read_record(folder: Path) -> dict[str, list]:
 def _write_record(folder: Path, files: dict[str, list]) -> None:
     """Store `files` as the `RECORD` of `folder`, atomically; a cache it cannot write to (read-only, shared) only costs
     the hashing again next time."""
-    staging = partial_path(folder / RECORD)
     try:
-        staging.write_text(json.dumps({"commit": COMMIT, "files": files}, indent=1, sort_keys=True))
-        os.replace(staging, folder / RECORD)
+        with atomic_file(folder / RECORD) as staging:
+            staging.write_text(json.dumps({"commit": COMMIT, "files": files}, indent=1, sort_keys=True))
     except OSError as error:
         logger.debug(f"could not record the checked Multi30k files in {folder / RECORD}: {error}")
-        if staging.exists():  # not unlink(missing_ok=True): on a read-only mount it raises EROFS
-            staging.unlink()
 
 
 def _download(paths: list[str], folder: Path, base_url: str) -> None:
@@ -298,7 +294,11 @@ def _download(paths: list[str], folder: Path, base_url: str) -> None:
     checked, so a failed download leaves nothing behind."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     logger.info(f"downloading {len(paths)} Multi30k files from {base_url} into {folder}")
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.partial-") as staging:
+    remove_killed_staging(folder.parent)
+    staging = staging_path(folder)
+    remove_path(staging)
+    staging.mkdir()
+    try:
         for path in paths:
             data = _fetch(path, base_url, folder)
             stored = gzip.decompress(data) if path.endswith(".gz") else data
@@ -309,12 +309,14 @@ def _download(paths: list[str], folder: Path, base_url: str) -> None:
                     f"Multi30k's {path} gunzips to bytes other than those pinned for {local_name(path)} in "
                     f"GUNZIPPED; nothing was stored. The module's tables disagree: report it."
                 )
-            target = Path(staging) / local_name(path)
+            target = staging / local_name(path)
             target.parent.mkdir(exist_ok=True)
             target.write_bytes(stored)
         for path in paths:  # each rename is atomic: a reader sees a file whole or not at all
             (folder / local_name(path)).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(Path(staging) / local_name(path), folder / local_name(path))
+            os.replace(staging / local_name(path), folder / local_name(path))
+    finally:
+        remove_path(staging)
     record = _read_record(folder)
     for path in paths:
         stat = (folder / local_name(path)).stat()

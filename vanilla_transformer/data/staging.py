@@ -1,20 +1,24 @@
-"""Files and folders written under a hidden name and renamed when complete, and what a killed writer leaves: its
-hidden name carries the writer (host and process id), so a later command can tell a live writer's staging from a
-dead one's and remove the latter. The caches here (text as Arrow, tokenized corpora) and the commands' outputs
-(`files.outputs`) share these names."""
+"""Atomic writes, the one scheme of every output and cache: a file or folder is written under a hidden name beside its
+destination, `.<name>.<host>-<pid>.partial`, flushed to disk, and moved into place with `os.replace` only when
+complete, so a reader sees the old whole or the new whole and a killed writer leaves nothing a later command reads as
+whole. The hidden name carries its writer, so a later command removes what a killed writer left
+(`remove_killed_staging`) and never what a live one, or one on another host sharing the disk, is writing."""
 
 import logging
 import os
 import re
 import shutil
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-PARTIAL_SUFFIX = ".partial"
-# `.<name>.<host>-<pid>.partial`, or `.<name>.<pid>.partial` as versions before the host was named wrote it
-_PARTIAL = re.compile(rf"^\.(.+)\.(?:([A-Za-z0-9]+)-)?(\d+){re.escape(PARTIAL_SUFFIX)}$")
+STAGING_SUFFIX = ".partial"
+# `.<name>.<host>-<pid>[.replaced].partial[.png]`, or `.<name>.<pid>.partial` as versions before the host was named
+# wrote it; `.replaced`: a folder's old copy, renamed aside until the new one is in place
+_STAGED = re.compile(rf"^\.(.+)\.(?:([A-Za-z0-9]+)-)?(\d+)(\.replaced)?{re.escape(STAGING_SUFFIX)}(\.\w+)?$")
 
 
 def writer_tag() -> str:
@@ -41,23 +45,98 @@ def remove_path(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def partial_path(path: Path) -> Path:
-    """Where this process writes `path` before renaming it into place: a hidden name beside it."""
-    return path.with_name(f".{path.name}.{writer_tag()}{PARTIAL_SUFFIX}")
+def staging_path(destination: Path, suffix: str = "", replaced: bool = False) -> Path:
+    """Where this process writes `destination` before moving it into place (`replaced`: where a folder's old copy
+    waits); `suffix` ends the name, for writers that choose the format by it (`.png`)."""
+    middle = ".replaced" if replaced else ""
+    return destination.with_name(f".{destination.name}.{writer_tag()}{middle}{STAGING_SUFFIX}{suffix}")
 
 
-def remove_killed_partials(folder: Path) -> list[Path]:
-    """Remove the `partial_path`s in `folder` whose writer ran on this host and is gone (a killed build of a cache
-    entry, gigabytes at WMT's size); a live writer's, or one on another host sharing the disk, is kept. Returns what
-    it removed, each logged."""
-    if not folder.is_dir():
-        return []
+def staging_leftovers(folder: Path) -> list[Path]:
+    """The staged files and folders in `folder`, whoever writes them."""
+    return sorted(path for path in folder.iterdir() if _STAGED.match(path.name)) if folder.is_dir() else []
+
+
+def remove_killed_staging(folder: Path) -> list[Path]:
+    """Remove the `staging_path`s in `folder` whose writer ran on this host and is gone (a killed build, gigabytes at
+    WMT's size); returns what it removed, each logged."""
     host, removed = writer_tag().rsplit("-", 1)[0], []
-    for path in folder.iterdir():
-        match = _PARTIAL.match(path.name)
-        if not match or (match.group(2) not in (None, host)) or process_alive(int(match.group(3))):
+    for path in staging_leftovers(folder):
+        match = _STAGED.match(path.name)
+        if match.group(2) not in (None, host) or process_alive(int(match.group(3))):
             continue
         remove_path(path)
         logger.warning("removed %s, left by a process that was killed while writing it", path)
         removed.append(path)
     return removed
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file under `folder`, then the folders, to disk, so that a rename that follows cannot publish data
+    still only in the page cache."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            fsync_file(path)
+    for path in [*sorted(p for p in folder.rglob("*") if p.is_dir()), folder]:
+        fsync_directory(path)
+
+
+def fsync_file(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def fsync_directory(folder: Path) -> None:
+    """Flush a folder's entries (names created, renamed or removed in it) to disk, where the platform allows it."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:  # Windows cannot open folders; NTFS journals renames itself
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@contextmanager
+def atomic_file(destination: Path, suffix: str = "") -> Iterator[Path]:
+    """A hidden path for the block to write that replaces `destination` (keeping its permissions) only when the block
+    completes; on an error the destination is untouched and the hidden file removed."""
+    remove_killed_staging(destination.parent)
+    staging = staging_path(destination, suffix)
+    try:
+        yield staging
+        fsync_file(staging)
+        if destination.is_file():
+            shutil.copymode(destination, staging)
+        os.replace(staging, destination)
+        fsync_directory(destination.parent)
+    finally:
+        if os.path.lexists(staging):  # not unlink(missing_ok=True): on a read-only mount that raises EROFS
+            staging.unlink()
+
+
+@contextmanager
+def atomic_folder(destination: Path) -> Iterator[Path]:
+    """A fresh hidden folder for the block to fill that replaces `destination` only when the block completes: the old
+    folder is renamed aside first and deleted once the new one is in place (put back if that rename fails)."""
+    remove_killed_staging(destination.parent)
+    staging, aside = staging_path(destination), staging_path(destination, replaced=True)
+    remove_path(staging)
+    staging.mkdir()
+    try:
+        yield staging
+        fsync_tree(staging)  # the bytes reach the disk before the name does
+        moved = os.path.lexists(destination)
+        if moved:
+            os.rename(destination, aside)
+        try:
+            os.rename(staging, destination)
+        except BaseException:
+            if moved:
+                os.rename(aside, destination)
+            raise
+        fsync_directory(destination.parent)
+        remove_path(aside)
+    finally:
+        remove_path(staging)

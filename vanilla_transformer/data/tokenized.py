@@ -18,7 +18,7 @@ from datasets import Dataset, Features, List, Value, load_from_disk
 
 from ..errors import DataError
 from .batching import SOURCE_LENGTH, TARGET_LENGTH
-from .staging import partial_path, remove_killed_partials
+from .staging import remove_killed_staging, staging_path
 from .text import file_sha256
 
 logger = logging.getLogger(__name__)
@@ -220,8 +220,8 @@ def tokenize_pairs(
 def _staging_folder(folder: Path) -> Path:
     """A fresh, empty hidden folder to build `folder` in, after removing what killed builds left (gigabytes at WMT's
     size)."""
-    remove_killed_partials(folder.parent)
-    staging = partial_path(folder)
+    remove_killed_staging(folder.parent)
+    staging = staging_path(folder)
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir(parents=True)
@@ -270,7 +270,7 @@ def _open_cached(folder: Path) -> tuple[Dataset, FilterReport] | None:
     except (OSError, ValueError, TypeError, KeyError) as error:  # pyarrow's ArrowInvalid is a ValueError
         damage = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     logger.warning("the tokenized corpus %s is damaged (%s): it is built again", folder, damage)
-    aside = partial_path(folder)  # renamed first: a process that opens the folder now finds it gone, not half
+    aside = staging_path(folder)  # renamed first: a process that opens the folder now finds it gone, not half
     try:
         os.rename(folder, aside)
     except OSError:

@@ -1,17 +1,16 @@
 """Loading a saved model folder, and every check on one (config, weights, tokenizer, checksums).
 
 `write_checksums` stores each safetensors file's SHA-256 beside it (`<file>.sha256`, `sha256sum -c` format): the
-format itself cannot see a flipped bit in tensor data. `check_model_folder` checks a folder before transformers reads
-it and raises a `ModelFolderError` naming the file and the problem; `weights_problems` is the one check of a folder's
-weights (loading, push and checkpoint averaging call it). Pickled weights are named, never opened: unpickling runs
-arbitrary code. `load_model_and_tokenizer` runs those checks (on a Hub model's download too), loads with
-`use_safetensors=True` and refuses a tokenizer that is not the model's.
+format itself cannot see a flipped bit in tensor data. `load_checked_weights` is the one check of a folder's weights
+(loading, push and checkpoint averaging call it): what transformers does not check (complete files, checksums,
+values), and transformers' own loading report (names, shapes) in words that name the file and the fix; a problem
+raises a `ModelFolderError`. Pickled weights are named, never opened: unpickling runs arbitrary code.
+`load_model_and_tokenizer` runs those checks (on a Hub model's download too) and refuses a tokenizer that is not the
+model's.
 """
 
 import json
-import re
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
@@ -203,8 +202,8 @@ def weight_files(folder: str | Path) -> list[Path]:
     )
 
 
-def check_model_folder(folder: str | Path) -> dict:
-    """Check a saved model folder before it is loaded; returns its parsed config.json."""
+def check_model_folder(folder: str | Path) -> PreTrainedModel:
+    """Check a saved model folder; returns its model, loaded from its safetensors weights."""
     folder = Path(folder)
     if not folder.exists():
         raise ModelFolderError(
@@ -221,11 +220,10 @@ def check_model_folder(folder: str | Path) -> dict:
             f"{folder} is a CTranslate2 export (it holds {EXPORT_INFO}), which only the ctranslate2 engine loads: "
             f"pass --engine ctranslate2 to translate or evaluate, or give the model folder it was exported from."
         )
-    config = check_config_file(folder / "config.json")
-    problems = weights_problems(folder, config)
+    model, problems = load_checked_weights(folder, check_config_file(folder / "config.json"))
     if problems:
         raise ModelFolderError("\n".join(problems))
-    return config
+    return model
 
 
 def _listed(names: list[str]) -> str:
@@ -234,78 +232,39 @@ def _listed(names: list[str]) -> str:
     return shown if len(names) <= LISTED else f"{shown} and {len(names) - LISTED} more"
 
 
-class ExpectedTensors(NamedTuple):
-    """What a folder's weights must be, for one config.json (see `expected_tensors`)."""
-
-    model_class: str
-    shapes: dict[str, tuple[int, ...]]  # every tensor of the model's state dict
-    optional: set[str]  # those that may be absent: tied weights, and what the class does without
-    ignored: list[str]  # patterns of extra names the class accepts (`_keys_to_ignore_on_load_unexpected`)
-
-
-def expected_tensors(config: dict | PreTrainedConfig, source: str = "config.json") -> ExpectedTensors:
-    """The tensors a folder with this config must hold, from the model built on the meta device. Tied weights may be
-    absent: save_pretrained stores one of each tied group. `source` names the config in errors."""
-    if isinstance(config, dict):
-        try:
-            config = VanillaTransformerConfig.from_dict(config)
-        except CONFIG_ERRORS as error:
-            raise ModelFolderError(
-                f"{source} describes no valid model ({config_error_message(error)}); restore the config.json saved "
-                f"with the weights."
-            ) from None
-    with torch.device("meta"):
-        model = AutoModelForSeq2SeqLM.from_config(config)
-    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
-    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
-    optional = set(tied)
-    for pattern in [*(model._keys_to_ignore_on_load_missing or []), *(model._keys_to_ignore_on_save or [])]:
-        optional |= {name for name in shapes if re.search(pattern, name)}
-    ignored = list(model._keys_to_ignore_on_load_unexpected or [])
-    return ExpectedTensors(type(model).__name__, shapes, optional, ignored)
+def _config_object(config: dict | PreTrainedConfig, source: str) -> PreTrainedConfig:
+    """`config` as a `VanillaTransformerConfig`; a dict that describes no model raises a `ModelFolderError`."""
+    if not isinstance(config, dict):
+        return config
+    try:
+        return VanillaTransformerConfig.from_dict(config)
+    except CONFIG_ERRORS as error:
+        raise ModelFolderError(
+            f"{source} describes no valid model ({config_error_message(error)}); restore the config.json saved with "
+            f"the weights."
+        ) from None
 
 
-def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
-    """Every reason the weights of `folder` cannot be this model's (none when they can), in three stages, each only
-    when the one before found nothing: the files (safetensors, complete, matching their `.sha256`); tensor names and
-    shapes against the model `config` builds; values (`bad_values`). Tensors are read one at a time."""
+def _names_and_shapes_problems(folder: Path, files: list[Path], model_class: str, info: dict) -> list[str]:
+    """What transformers' loading report (`output_loading_info`) says of the tensors, in words that name the file
+    and the fix: tensors the model lacks, tensors it needs and did not get, and shapes it does not have."""
     from safetensors import safe_open
 
-    folder = Path(folder)
-    try:
-        files = weight_files(folder)
-    except ModelFolderError as error:
-        return [str(error)]
-    problems = []
-    for path in files:
-        try:
-            check_safetensors_file(path)
-        except ModelFolderError as error:
-            problems.append(str(error))
-    if problems:
-        return problems
-    try:
-        expected = expected_tensors(config, str(folder / "config.json"))
-    except ModelFolderError as error:
-        return [str(error)]
-    shapes = expected.shapes
-    fix = "restore the folder from a good copy (or the checkpoint it was made from), or re-save the model"
-    found: dict[str, tuple[Path, tuple[int, ...]]] = {}
+    where: dict[str, str] = {}
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
-            for name in handle.keys():
-                found[name] = (path, tuple(handle.get_slice(name).get_shape()))
-    unexpected = sorted(
-        name for name in found if name not in shapes and not any(re.search(p, name) for p in expected.ignored)
-    )
+            where |= dict.fromkeys(handle.keys(), path.name)
+    fix = "restore the folder from a good copy (or the checkpoint it was made from), or re-save the model"
+    problems = []
+    unexpected = sorted(info["unexpected_keys"])
     if unexpected:
-        where = ", ".join(sorted({found[name][0].name for name in unexpected}))
         problems.append(
-            f"{folder} holds {len(unexpected)} tensor(s) that {expected.model_class} with its config.json lacks "
-            f"({_listed(unexpected)}) in {where}: the weights belong to another model or another configuration, and "
-            f"transformers would silently drop them. Pass the config.json saved with these weights, or {fix}."
+            f"{folder} holds {len(unexpected)} tensor(s) that {model_class} with its config.json lacks "
+            f"({_listed(unexpected)}) in {', '.join(sorted({where.get(n, '?') for n in unexpected}))}: the weights "
+            f"belong to another model or another configuration, and transformers would silently drop them. Pass the "
+            f"config.json saved with these weights, or {fix}."
         )
-    missing = sorted(name for name in shapes if name not in found and name not in expected.optional)
+    missing = sorted(info["missing_keys"])
     if missing:
         problems.append(
             f"{folder} lacks {len(missing)} tensor(s) of the model ({_listed(missing)}) in "
@@ -313,33 +272,63 @@ def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> lis
             f"would translate differently. The file was cut or edited; {fix}."
         )
     wrong = [
-        f"{name} is {list(shape)} in {path.name}, expected {list(shapes[name])}"
-        for name, (path, shape) in sorted(found.items())
-        if name in shapes and shape != shapes[name]
+        f"{name} is {list(stored)} in {where.get(name, '?')}, expected {list(expected)}"
+        for name, stored, expected in sorted(info["mismatched_keys"])
     ]
     if wrong:
         problems.append(
             f"{folder} holds {len(wrong)} tensor(s) whose shape does not match its config.json: {_listed(wrong)}. "
             f"The weights come from a model of another size; pass the config.json saved with them, or {fix}."
         )
-    if problems:
-        return problems
+    return problems
+
+
+def _value_problems(files: list[Path]) -> list[str]:
+    """Impossible values (`bad_values`) in the stored tensors, read one at a time."""
+    from safetensors import safe_open
+
     bad = []
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
             for name in handle.keys():
                 if problem := bad_values(handle.get_tensor(name)):
                     bad.append((path, f"{name} ({problem})"))
-    if bad:
-        where = ", ".join(str(path) for path in sorted({path for path, _ in bad}))
-        problems.append(
-            f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}. "
-            f"NaN and Inf come from a run that diverged (or overflowed in float16), huge values from a corrupted "
-            f"file (a flipped exponent bit); the model would translate to empty or garbage lines. Restore the folder "
-            f"from a good copy, use a checkpoint saved before the loss became NaN, or train again with a lower "
-            f"learning rate or more warmup."
-        )
-    return problems
+    if not bad:
+        return []
+    where = ", ".join(str(path) for path in sorted({path for path, _ in bad}))
+    return [
+        f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}. NaN and Inf "
+        f"come from a run that diverged (or overflowed in float16), huge values from a corrupted file (a flipped "
+        f"exponent bit); the model would translate to empty or garbage lines. Restore the folder from a good copy, use "
+        f"a checkpoint saved before the loss became NaN, or train again with a lower learning rate or more warmup."
+    ]
+
+
+def load_checked_weights(
+    folder: str | Path, config: dict | PreTrainedConfig
+) -> tuple[PreTrainedModel | None, list[str]]:
+    """The model of `folder`'s weights with `config`, and every reason they cannot be this model's (the model is
+    None then), in three stages, each only when the one before found nothing: the files (safetensors, complete,
+    matching their `.sha256`); tensor names and shapes, from transformers' own loading report; values
+    (`bad_values`)."""
+    folder = Path(folder)
+    try:
+        files = weight_files(folder)
+        for path in files:
+            check_safetensors_file(path)
+        config = _config_object(config, str(folder / "config.json"))
+    except ModelFolderError as error:
+        return None, [str(error)]
+    model, info = AutoModelForSeq2SeqLM.from_pretrained(
+        folder, config=config, use_safetensors=True, output_loading_info=True, ignore_mismatched_sizes=True
+    )
+    problems = _names_and_shapes_problems(folder, files, type(model).__name__, info) or _value_problems(files)
+    return (None if problems else model), problems
+
+
+def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
+    """Every reason the weights of `folder` cannot be this model's with `config` (`load_checked_weights`)."""
+    return load_checked_weights(folder, config)[1]
 
 
 def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
@@ -423,7 +412,7 @@ def load_model_and_tokenizer(
     if not local:
         path = download_model(text)
     try:
-        check_model_folder(path)
+        model = check_model_folder(path)
         check_tokenizer_files(path)
     except ModelFolderError as error:
         if local:
@@ -432,8 +421,5 @@ def load_model_and_tokenizer(
             f"The Hub model {text} cannot be loaded; ask its owner to fix the upload, or use another revision:\n{error}"
         ) from None
     tokenizer = load_tokenizer(path)
-    model = AutoModelForSeq2SeqLM.from_pretrained(path, use_safetensors=True, dtype=dtype)
     check_tokenizer_matches_model(tokenizer, model.config, text)
-    if device is not None:
-        model.to(device)
-    return model.eval(), tokenizer
+    return model.to(device=device, dtype=dtype).eval(), tokenizer

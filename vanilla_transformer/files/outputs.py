@@ -1,9 +1,8 @@
 """Safe output writing, the one place for it: outputs never destroy inputs (issue 25).
 
-1. **Staged, then renamed.** A file or folder is written under a hidden name beside its destination,
-   `.<name>-<host>-<pid>-<random>.staged`, and renamed into place only when complete (`staged_file`, `staged_folder`);
-   on an error the destination is untouched. The host and pid let the next run remove what a killed one left
-   (`remove_abandoned_staging`), never what a live one is writing.
+1. **Staged, then renamed.** A file or folder is written under a hidden name beside its destination and renamed into
+   place only when complete (`staged_file`, `staged_folder`, over `data.staging`'s one scheme); on an error the
+   destination is untouched.
 2. **Never an input.** An output that is, contains or lies inside one of the command's inputs is refused before any
    work (`check_not_an_input`), symlinks and hard links seen through.
 3. **Never a stranger's folder.** A folder a command creates holds a JSON marker, `MARKER_NAME` (kind, command,
@@ -18,24 +17,17 @@ import errno
 import json
 import logging
 import os
-import re
-import shutil
-import tempfile
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..data.staging import process_alive, remove_path, writer_tag
+from ..data.staging import atomic_file, atomic_folder
 from ..errors import OutputError, VanillaTransformerError
 
 logger = logging.getLogger(__name__)
 
 MARKER_NAME = ".vanilla-transformer-output"
-# the end of the hidden names of staged files and folders, and of a replaced folder waiting to be deleted
-STAGED_SUFFIX = ".staged"
-REPLACED_SUFFIX = ".replaced"
 # what a marked folder holds; a folder is replaced only by a command writing the same kind
 KINDS = {
     "model": "a model folder",
@@ -172,68 +164,6 @@ def check_output_folder(
     )
 
 
-def _default_mode(folder: bool) -> int:
-    """What `open` or `mkdir` would give under the umask (`mkstemp` and `mkdtemp` give 0600 and 0700)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return (0o777 if folder else 0o666) & ~umask
-
-
-def fsync_tree(folder: str | Path) -> None:
-    """Flush every file under `folder`, then the folders, to disk, so that a rename that follows cannot publish data
-    still only in the page cache."""
-    folder = Path(folder)
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            _fsync_file(path)
-    for path in [*sorted(p for p in folder.rglob("*") if p.is_dir()), folder]:
-        fsync_directory(path)
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def fsync_directory(folder: str | Path) -> None:
-    """Flush a folder's entries (names created, renamed or removed in it) to disk, where the platform allows it."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:  # Windows cannot open folders; NTFS journals renames itself
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def remove_abandoned_staging(destination: PathLike) -> list[Path]:
-    """Remove the hidden staged and replaced copies of `destination` that a killed command left: those whose writer
-    (`data.staging.writer_tag`) ran on this host and is gone, and those of older versions that named none. Returns
-    what it removed."""
-    destination = Path(destination)
-    folder = destination.parent
-    if not folder.is_dir():
-        return []
-    host = writer_tag().rsplit("-", 1)[0]
-    pattern = re.compile(
-        rf"^\.{re.escape(destination.name)}-(?:([A-Za-z0-9]+)-(\d+)-)?[0-9a-z_]+"
-        rf"({re.escape(STAGED_SUFFIX)}|{re.escape(REPLACED_SUFFIX)})(\.\w+)?$"
-    )
-    removed = []
-    for path in folder.iterdir():
-        match = pattern.match(path.name)
-        if not match:
-            continue
-        writer_host, pid = match.group(1), match.group(2)
-        if writer_host is not None and (writer_host != host or process_alive(int(pid))):
-            continue
-        remove_path(path)
-        logger.warning("removed %s, left by a run that was killed while writing %s", path, destination)
-        removed.append(path)
-    return removed
-
-
 def _missing_parents(path: Path) -> list[Path]:
     """The folders above `path` that do not exist yet, innermost first: those a write creates and, failing, removes."""
     return [parent for parent in path.parents if not parent.exists()]
@@ -248,81 +178,32 @@ def _remove_if_empty(folders: list[Path]) -> None:
             return
 
 
-def _replace_folder(staging: Path, destination: Path) -> None:
-    """Move `staging` to `destination`: the old destination is renamed aside first and deleted only once the new
-    folder is in place; if the second rename fails, it is put back."""
-    replaced = None
-    if os.path.lexists(destination):
-        replaced = destination.with_name(f".{destination.name}-{writer_tag()}-{uuid.uuid4().hex[:8]}{REPLACED_SUFFIX}")
-        os.rename(destination, replaced)
-    try:
-        os.rename(staging, destination)
-    except BaseException:
-        if replaced is not None:
-            os.rename(replaced, destination)
-        raise
-    fsync_directory(destination.parent)
-    if replaced is not None:
-        remove_path(replaced)
-
-
-def begin_staged_folder(destination: PathLike, name: str | None = None) -> Path:
-    """Create the hidden folder beside `destination` that `publish_staged_folder` later moves into place, after
-    removing what killed runs left; `name` fixes its name (the processes of a distributed run must agree on it)."""
-    destination = real_path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned_staging(destination)
-    if name is None:
-        prefix = f".{destination.name}-{writer_tag()}-"
-        return Path(tempfile.mkdtemp(prefix=prefix, suffix=STAGED_SUFFIX, dir=destination.parent))
-    staging = destination.parent / name
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    return staging
-
-
-def publish_staged_folder(
-    staging: PathLike,
-    destination: PathLike,
-    kind: str,
-    command: str,
-    overwrite: bool = False,
-    flag: str = "--output-dir",
-) -> Path:
-    """Mark the complete `staging` folder, flush it to disk and move it to `destination`, checked again first: it may
-    have changed while the work ran."""
-    staging, destination = Path(staging), real_path(destination)
-    write_marker(staging, kind, command)
-    staging.chmod(_default_mode(folder=True))
-    fsync_tree(staging)  # the bytes reach the disk before the name does
-    if check_output_folder(destination, kind, overwrite, flag):
-        logger.warning("--overwrite: replacing %s, which vanilla-transformer did not write", destination)
-    _replace_folder(staging, destination)
-    return destination
-
-
 @contextmanager
 def staged_folder(
     destination: PathLike, kind: str, command: str, overwrite: bool = False, flag: str = "--output-dir"
 ) -> Iterator[Path]:
-    """A hidden scratch folder that replaces `destination`, marked as `kind` written by `command`, only when the
-    block completes; a destination the command may not replace is refused before the block runs."""
+    """A hidden folder (`data.staging.atomic_folder`) that replaces `destination`, marked as `kind` written by
+    `command`, only when the block completes; a destination the command may not replace is refused before the block
+    runs, and checked again before it is replaced: it may have changed while the work ran."""
     check_output_folder(destination, kind, overwrite, flag)
-    created = _missing_parents(real_path(destination))
-    staging = begin_staged_folder(destination)
+    destination = real_path(destination)
+    created = _missing_parents(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
     try:
-        yield staging
-        publish_staged_folder(staging, destination, kind, command, overwrite, flag)
+        with atomic_folder(destination) as staging:
+            yield staging
+            write_marker(staging, kind, command)
+            if check_output_folder(destination, kind, overwrite, flag):
+                logger.warning("--overwrite: replacing %s, which vanilla-transformer did not write", destination)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
         _remove_if_empty(created)  # stops at the first folder not empty: after a success, the one holding the output
 
 
 @contextmanager
 def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "") -> Iterator[Path]:
-    """A hidden path for the block to write that replaces `destination` (keeping its permissions) only when the block
-    completes. A device or pipe (`/dev/stdout`) is written directly. `suffix` ends the hidden name, for writers that
-    choose the format by it (`.png`)."""
+    """A hidden path (`data.staging.atomic_file`) for the block to write that replaces `destination` only when the
+    block completes. A device or pipe (`/dev/stdout`) is written directly. `suffix` ends the hidden name, for writers
+    that choose the format by it (`.png`)."""
     path = real_path(destination)  # a symlink keeps pointing at the new file
     if path.is_dir():
         raise OutputError(f"{flag} {destination} is a folder: give the path of a file to write.")
@@ -331,22 +212,10 @@ def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "")
         return
     created = _missing_parents(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned_staging(path)
-    prefix = f".{path.name}-{writer_tag()}-"
-    descriptor, name = tempfile.mkstemp(prefix=prefix, suffix=STAGED_SUFFIX + suffix, dir=path.parent)
-    os.close(descriptor)
-    staging = Path(name)
     try:
-        yield staging
-        _fsync_file(staging)
-        if path.is_file():
-            shutil.copymode(path, staging)
-        else:
-            staging.chmod(_default_mode(folder=False))
-        os.replace(staging, path)
-        fsync_directory(path.parent)
+        with atomic_file(path, suffix) as staging:
+            yield staging
     finally:
-        staging.unlink(missing_ok=True)
         _remove_if_empty(created)  # stops at the first folder not empty: after a success, the one holding the output
 
 
@@ -389,12 +258,3 @@ def folder_in_use(folder: PathLike) -> bool:
             return False
     except OutputError:
         return True
-
-
-def staged_leftovers(folder: PathLike) -> list[Path]:
-    """The hidden staged or replaced files and folders an interrupted write left in `folder`."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    marks = (STAGED_SUFFIX, REPLACED_SUFFIX)
-    return sorted(p for p in folder.iterdir() if p.name.startswith(".") and any(mark in p.name for mark in marks))

@@ -23,12 +23,13 @@ from datasets import Dataset
 from ..data.batching import dataset_lengths, longest_pair_problem
 from ..data.corpora import corpus_languages, corpus_location, local_corpus, same_corpus
 from ..data.corpora import corpus_sha256 as content_digest
+from ..data.staging import atomic_file
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..data.tokenized import FilterReport
 from ..errors import SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from ..files.outputs import check_not_an_input, check_output_folder
-from .checkpoints import STAGING_PREFIX, checkpoint_step, last_complete_checkpoint, list_checkpoints
+from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .fsdp import fsdp_problems
 from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
 from .ranges import TRAINING_RANGES
@@ -414,9 +415,7 @@ def check_record(settings: TrainingSettings, write: bool = False) -> None:
 
 
 def write_record(settings: TrainingSettings) -> None:
-    """Write `settings.record()` to `output_dir/preset.json` whole (under another name, then renamed)."""
-    record = settings.output_dir / "preset.json"
+    """Write `settings.record()` to `output_dir/preset.json` whole (`data.staging.atomic_file`)."""
     settings.output_dir.mkdir(parents=True, exist_ok=True)
-    staging = record.with_name(f"{STAGING_PREFIX}{record.name}")
-    staging.write_text(json.dumps(settings.record(), indent=2) + "\n")
-    os.replace(staging, record)
+    with atomic_file(settings.output_dir / "preset.json") as staging:
+        staging.write_text(json.dumps(settings.record(), indent=2) + "\n")

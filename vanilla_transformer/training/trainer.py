@@ -16,10 +16,10 @@ from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, TrainOutput, rotate_checkpoints
 
 from ..data.batching import TokenBudgetBatchSampler
+from ..data.staging import fsync_directory, fsync_tree
 from ..errors import SettingsError
 from ..files.loading import write_checksums
 from ..files.model_card import card_from_training_log
-from ..files.outputs import fsync_directory, fsync_tree
 from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
 from .optimization import paper_schedule
 
