@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Run the grid (or, with --table-only, render its records) and print where the table is."""
-    from lab.ablation import load_grid, run_grid, table3_grid, table_from_records
+    from lab.ablation import check_grid, load_grid, run_grid, table3_grid, table_from_records
     from lab.grid_records import GridSettings, RecordFolder, check_grid_folder, grid_settings
 
     from vanilla_transformer.data.corpora import corpus_languages
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> None:
     rows = table3_grid(preset, args.seeds) if args.grid == "table3" else load_grid(args.grid)
     source_lang, target_lang = corpus_languages(preset.corpus, args.source_lang, args.target_lang)
     settings = GridSettings(source_lang, target_lang, args.test_split, args.eval_samples, args.threads, factors)
+    check_grid(preset, rows)  # before any folder is made
     if args.records:  # refused before the output folder is made: records of another recipe are named first
         RecordFolder(args.records, grid_settings(preset, settings))
     check_grid_folder(args.output_dir, preset, settings)

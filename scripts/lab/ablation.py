@@ -21,9 +21,11 @@ from pathlib import Path
 import torch
 
 from vanilla_transformer.errors import DataError
-from vanilla_transformer.files.outputs import write_text_atomic
+from vanilla_transformer.files.loading import CONFIG_ERRORS, config_error_message
+from vanilla_transformer.files.outputs import check_output_folder, write_marker, write_text_atomic
 from vanilla_transformer.model.configuration_vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.training.presets import TrainingPreset
+from vanilla_transformer.training.ranges import TRAINING_RANGES
 
 from .grid_records import GridSettings, RecordFolder, folder_name, grid_settings, record_text
 from .report import choose_lr_factor, variants, write_table
@@ -133,8 +135,9 @@ def load_grid(path: str | Path) -> list[AblationRow]:
 
 
 def check_grid(preset: TrainingPreset, rows: list[AblationRow]) -> None:
-    """Refuse, before anything trains, a grid with a repeated row name, an unknown field, or a model it cannot
-    build (the config's own validation names the field and the fix)."""
+    """Refuse, before anything trains or is written, a grid with a repeated row name, an unknown field, a value out of
+    its range (`TRAINING_RANGES`), or a model it cannot build (the config's own validation names the field and the
+    fix)."""
     names = [row.folder_name for row in rows]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -147,7 +150,18 @@ def check_grid(preset: TrainingPreset, rows: list[AblationRow]) -> None:
                 f"row {row.name!r} changes {unknown}, which are neither fields of the model's config nor of "
                 f"{TRAINING_FIELDS}; see VanillaTransformerConfig for the model's fields."
             )
-        row_preset(preset, row).model_config()
+        problems = [
+            f"{name}={value} is {problem}"
+            for name, value in row.changes
+            if name in TRAINING_RANGES and (problem := TRAINING_RANGES[name].problem(value))
+        ]
+        try:
+            row_preset(preset, row).model_config()
+        except CONFIG_ERRORS as error:
+            problems.append(f"its model cannot be built: {config_error_message(error)}")
+        if problems:
+            problems = "; ".join(problem.rstrip(".") for problem in problems)
+            raise DataError(f"row {row.name!r} cannot train: {problems}; change the row or leave it out.")
 
 
 def row_preset(preset: TrainingPreset, row: AblationRow) -> TrainingPreset:
@@ -359,9 +373,13 @@ def run_grid(
 
 
 def table_from_records(records_dir: str | Path, output_dir: str | Path) -> dict[str, Path]:
-    """The table, CSV and plots of the records kept in `records_dir` (a `RecordFolder`), written into `output_dir`."""
+    """The table, CSV and plots of the records kept in `records_dir` (a `RecordFolder`), written into `output_dir`: a
+    new or empty folder, one an earlier `--table-only` wrote (its marker), or the folder holding the records."""
+    check_output_folder(output_dir, "table3", recognised_by=[f"{Path(records_dir).name}/ablation.json"])
     records = RecordFolder(records_dir).records()
     if not variants(records):  # none, or the learning-rate sweep's alone
         raise DataError(f"--records {records_dir} holds no row's record yet; run the grid with --records first.")
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    return write_table(records, Path(output_dir))
+    written = write_table(records, Path(output_dir))
+    write_marker(output_dir, "table3", "table3")
+    return written

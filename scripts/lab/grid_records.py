@@ -108,6 +108,20 @@ def record_text(record: dict) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
+def read_record(path: Path) -> dict:
+    """A grid's JSON record (`ablation.json` or a row's), or a `DataError` naming the damaged file."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(
+            f"{path} is not a whole record ({type(error).__name__}: {error}): restore it (git checkout {path}), or "
+            f"delete it to train its row again."
+        ) from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path} holds no record (a JSON object): restore it, or delete it to train its row again.")
+    return record
+
+
 def folder_name(row_name: str) -> str:
     """A row's name as a file or folder name."""
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in row_name)
@@ -142,7 +156,7 @@ class RecordFolder:
             self._write_index(grid)
 
     def index(self) -> dict:
-        return json.loads(self.index_path.read_text())
+        return read_record(self.index_path)
 
     def _write_index(self, index: dict) -> None:
         write_text_atomic(self.index_path, json.dumps(index, indent=2, ensure_ascii=False) + "\n", "--records")
@@ -157,7 +171,7 @@ class RecordFolder:
         path = self.path(row.name)
         if not path.is_file():
             return None
-        record = json.loads(path.read_text())
+        record = read_record(path)
         if record.get("row") != plain(asdict(row)):
             raise OutputError(
                 f"{path} is the record of the row {record.get('row')}, but the grid's row of that name is "
@@ -190,5 +204,13 @@ class RecordFolder:
     def records(self) -> list[dict]:
         """Every kept record, in the order the grid last listed them (`ablation.json`'s `rows`), then by name."""
         order = {name: position for position, name in enumerate(self.index().get("rows", []))}
-        records = [json.loads(path.read_text()) for path in sorted((self.folder / "rows").glob("*.json"))]
+        records = []
+        for path in sorted((self.folder / "rows").glob("*.json")):
+            record = read_record(path)
+            if path != self.path(record["row"]["name"]):  # a copy would count as a second seed of its row
+                raise DataError(
+                    f"{path} holds the record of row {record['row']['name']!r}, whose record is "
+                    f"{self.path(record['row']['name']).name}: a copy or a renamed file; move it out of {self.folder}."
+                )
+            records.append(record)
         return sorted(records, key=lambda record: order.get(record["row"]["name"], len(order)))

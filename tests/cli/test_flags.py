@@ -233,6 +233,9 @@ def test_user_errors_end_with_one_line_and_status_2(capsys):
     if Path("/dev/full").exists():  # a full disk (Linux's /dev/full refuses every write with ENOSPC)
         code, err = run_command(lambda: Path("/dev/full").write_text("x"), [], capsys)
         assert code == 2 and err.startswith("error: No space left on device") and err.count("\n") == 1
+    # a copy that fills the disk names its destination (`filename2`), not the file copied (`filename`)
+    full = OSError(errno.ENOSPC, "No space left on device", "/site-packages/code.py", None, "/out/code.py")
+    assert user_error_message(full).startswith("error: No space left on device writing /out/code.py: free space")
     code, err = run_command(raise_folder_error, [], capsys)  # any refusal of the family, whatever its stage
     assert (code, err) == (2, "error: the folder is not ready\n")
     code, err = run_command(raise_usage_error, [], capsys)

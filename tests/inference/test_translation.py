@@ -23,6 +23,7 @@ from transformers.utils import logging
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli.main import main
+from vanilla_transformer.errors import VanillaTransformerError
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.model.generation_vanilla_transformer import PAPER_GENERATION_DEFAULTS, gnmt_length_penalty
 from vanilla_transformer.release.remote_code import generate_without_package
@@ -502,6 +503,14 @@ def word_level_tokenizer() -> PreTrainedTokenizerFast:
 
 
 SENTENCES = ["w5 w9 w13", "w40", "w7 w8 w9 w10 w11 w12", "", "w20 w21 w22 w23", "w63 w4", "   ", "w30 w31 w32"]
+
+
+def test_more_beams_than_tokens_are_refused_naming_the_flag():
+    model, tokenizer = eos_prone_model(7), word_level_tokenizer()
+    expected = f"num_beams={VOCAB + 1} \\(--num-beams\\) is more beams than the model's {VOCAB} tokens"
+    with pytest.raises(VanillaTransformerError, match=expected):
+        translate(model, tokenizer, ["w5 w9"], num_beams=VOCAB + 1)
+    assert len(translate(model, tokenizer, ["w5 w9"], num_beams=VOCAB)) == 1  # as many beams as tokens: allowed
 
 
 def test_translate_restores_order_and_is_invariant_to_batching(monkeypatch):

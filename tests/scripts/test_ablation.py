@@ -527,3 +527,51 @@ def test_curve_status_finds_plateaus_rows_still_rising_and_divergence():
     rising_loss = fake_record("r", "A", train_loss=[[25, 5.0], [50, 3.0], [75, 6.0], [100, 7.5]])
     assert curve_status(rising_loss)[1] == "diverged: training loss rose from 3.00 to 7.50"
     assert curve_status(fake_record("r", "A", dev_perplexity=math.inf))[0] == "diverged"  # kept as null
+
+
+def test_table_only_a_damaged_or_copied_record_and_an_impossible_row_are_refused_in_one_line(tmp_path, capsys):
+    """Issue 55: --table-only writes only into a folder of its own; a damaged record names its file; a copy of a
+    record is not a second seed; a row no model can have is refused before any folder is made."""
+    main = command_main("table3")
+    preset, settings = get_training_preset("demo", max_steps=100), GridSettings(test_split="test2016")
+    kept = RecordFolder(tmp_path / "records", grid_settings(preset, settings))
+    for record in (fake_record("base", "base"), fake_record("D P_drop=0", "D", (("dropout", 0.0),))):
+        kept.keep(record)
+
+    def refused(argv: list[str], expected: str) -> None:
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert exited.value.code == 2 and expected in error, error
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "table3.md").write_text("my own table\n")
+    refused(["--records", str(kept.folder), "--table-only", "--output-dir", str(mine)], "did not create")
+    assert [path.name for path in mine.iterdir()] == ["table3.md"] and (
+        mine / "table3.md"
+    ).read_text() == "my own table\n"
+    main(["--records", str(kept.folder), "--table-only", "--output-dir", str(tmp_path / "table")])
+    main(["--records", str(kept.folder), "--table-only", "--output-dir", str(tmp_path / "table")])  # its own again
+    main(["--records", str(kept.folder), "--table-only", "--output-dir", str(tmp_path)])  # beside the records
+    capsys.readouterr()
+
+    copy = kept.folder / "rows" / "base (copy).json"
+    copy.write_text(kept.path("base").read_text())
+    refused(["--records", str(kept.folder), "--table-only", "--output-dir", str(tmp_path / "table")], "a copy")
+    copy.unlink()
+    kept.path("base").write_text('{"row": {"name": "ba')
+    refused(
+        ["--records", str(kept.folder), "--table-only", "--output-dir", str(tmp_path / "table")],
+        f"{kept.path('base')} is not a whole record",
+    )
+
+    grid = tmp_path / "grid.json"
+    for changes, expected in (
+        ({"dropout": 2.0}, "row 'bad' cannot train: dropout=2.0 is out of range"),
+        ({"encoder_attention_heads": 3}, "row 'bad' cannot train: its model cannot be built: d_model=128 is not"),
+    ):
+        grid.write_text(json.dumps([{"name": "bad", "changes": changes}]))
+        output = tmp_path / "new-grid"
+        refused(["--preset", "demo", "--grid", str(grid), "--output-dir", str(output)], expected)
+        assert not output.exists()

@@ -81,7 +81,9 @@ def _storage_error(error: BaseException) -> str | None:
     for link in _chain(error):
         number = OS_ERROR_NUMBER.search(str(link))
         if isinstance(link, OSError) and link.errno in STORAGE_ERRNOS:
-            where = f" writing {link.filename}" if link.filename else ""
+            # a copy's (shutil, os.rename) destination is `filename2`; `filename` is then its source
+            written = link.filename2 or link.filename
+            where = f" writing {written}" if written else ""
             cause, code = f"{link.strerror or link}{where}", link.errno
         elif number and int(number.group(1)) in STORAGE_ERRNOS:
             code = int(number.group(1))

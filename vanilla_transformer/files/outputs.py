@@ -37,6 +37,7 @@ KINDS = {
     "training-run": "a training run",
     "benchmark-data": "benchmark-data's work folder",
     "gpu-speed": "a GPU check's report",
+    "table3": "a Table 3 report",
 }
 
 PathLike = str | os.PathLike

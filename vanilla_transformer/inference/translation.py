@@ -60,7 +60,13 @@ def translate(
     todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
 
     generation_config = generate_kwargs.get("generation_config") or model.generation_config
-    beam_search = (generate_kwargs.get("num_beams") or generation_config.num_beams or 1) > 1
+    num_beams, vocab_size = generate_kwargs.get("num_beams") or generation_config.num_beams or 1, len(tokenizer)
+    if num_beams > vocab_size:  # generate() would stop with a ValueError deep in its beam search
+        raise VanillaTransformerError(
+            f"num_beams={num_beams} (--num-beams) is more beams than the model's {vocab_size} tokens: give "
+            f"--num-beams {min(4, vocab_size)} (the paper's) or at most {vocab_size}."
+        )
+    beam_search = num_beams > 1
     generate_kwargs = dict(generate_kwargs)
     # beam search: the scores come with the sequences at no cost; otherwise a check joins the caller's processors
     if beam_search:

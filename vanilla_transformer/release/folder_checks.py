@@ -99,7 +99,7 @@ def _check_card(folder: Path) -> list[str]:
         return [
             "README.md (the model card) is missing and no training record (results.json, or the run's "
             "trainer_state.json and preset.json) was found to render one from the card template: write one or "
-            "release the run with `vanilla-transformer release` (scripts/release.py)."
+            "release the run with `vanilla-transformer release`."
         ]
     try:
         data = ModelCard.load(path).data

@@ -12,7 +12,7 @@ from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 
 @dataclass(frozen=True)
 class TrainingPreset:
-    """Everything a training run needs besides the data; `scripts/train.py` flags override single fields."""
+    """Everything a training run needs besides the data; `train`'s flags override single fields."""
 
     model_preset: str
     corpus: str

@@ -381,7 +381,7 @@ def check_record(settings: TrainingSettings, write: bool = False) -> None:
     if newest_step > preset.max_steps:
         raise SettingsError(
             f"{output} holds checkpoint-{newest_step}, past max_steps={preset.max_steps}: give a max_steps of at least "
-            f"{newest_step}, or average the checkpoints you want with scripts/average_checkpoints.py."
+            f"{newest_step}, or average the checkpoints you want with `vanilla-transformer average`."
         )
     if earlier and record.is_file():
         saved = read_run_preset(record)
