@@ -227,4 +227,4 @@ def test_evaluate_on_a_tsv_file_needs_its_languages_unless_its_name_gives_them(m
         main([*evaluate, str(tmp_path / "cmn.en-zh.txt")])
     assert exited.value.code == 2
     error = capsys.readouterr().err
-    assert "--source-lang" not in error and "1 pairs leave nothing to train on" in error
+    assert "--source-lang" not in error and "cmn.en-zh.txt holds 1 pair, too few for the fixed split" in error

@@ -66,8 +66,9 @@ def test_bad_files_and_language_pairs_are_named(tmp_path):
         load_anki(path, "train", "de", "zh")
     with pytest.raises(ValueError, match="split into train, valid, test, not 'dev2'"):
         load_anki(path, "dev2", "en", "zh")
-    with pytest.raises(ValueError, match="leave nothing to train on"):
-        split_indices(read_anki_pairs(write_tsv(tmp_path / "small.txt", rows(30))))
+    small = write_tsv(tmp_path / "small.txt", rows(30))
+    with pytest.raises(ValueError, match=r"small.txt holds 30 pairs, too few for the fixed split .* more than 2,000"):
+        load_anki(small, "test", "en", "zh")  # evaluating its test split is refused naming the file, not training
 
 
 def test_the_tatoeba_english_mandarin_file_splits_27155_1000_1000(tatoeba):

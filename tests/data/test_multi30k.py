@@ -177,6 +177,14 @@ def test_without_download_an_empty_cache_says_how_to_get_the_files(cache):
         multi30k_dir(download=False, languages=("en", "xx"))
 
 
+def test_a_cache_variable_naming_a_file_is_refused_naming_the_variable(cache, monkeypatch):
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("not a folder\n")
+    with pytest.raises(ValueError, match=r"VANILLA_TRANSFORMER_CACHE=\S*cache is a file, not a folder: point"):
+        multi30k_dir(download=False)
+    assert cache.read_text() == "not a folder\n"
+
+
 @pytest.mark.parametrize("variable", ["HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"])
 def test_offline_mode_keeps_off_the_official_url_but_not_a_given_one(repository, cache, monkeypatch, variable):
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)

@@ -421,6 +421,21 @@ def test_averaging_refuses_checkpoints_of_another_tokenizer(run_dir, tmp_path, b
     assert before.keys() == tree_state(tmp_path).keys()
 
 
+def test_averaging_refuses_checkpoints_of_two_runs_by_their_records(run_dir, tmp_path):
+    # issue 55: a checkpoint of a run with another seed, copied beside this run's, was averaged in without a word
+    record = json.loads((run_dir / "preset.json").read_text()) | {"run": {"seed": 0, "precision": "fp32"}}
+    (run_dir / "checkpoint-20" / "preset.json").write_text(
+        json.dumps(record | {"run": {"seed": 1, "precision": "fp32"}})
+    )
+    (run_dir / "checkpoint-30" / "preset.json").write_text(json.dumps(record | {"max_steps": 900}))  # a longer resume
+    with pytest.raises(ValueError, match=r"checkpoint-20 and checkpoint-30 .* differ in preset.json run.seed: 1 vs 0"):
+        average_checkpoints(run_dir, tmp_path / "averaged", last=2)
+    (run_dir / "checkpoint-20" / "preset.json").write_text(json.dumps(record))
+    average_checkpoints(run_dir, tmp_path / "averaged", last=2)  # one run's, trained longer: averaged
+    (run_dir / "checkpoint-10" / "preset.json").unlink(missing_ok=True)  # saved before records were copied: no check
+    average_checkpoints(run_dir, tmp_path / "averaged-3", last=3)
+
+
 # -- the building blocks -----------------------------------------------------------------------------------------------
 
 

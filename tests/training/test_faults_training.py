@@ -318,6 +318,10 @@ def test_a_run_continued_past_its_end_with_dropout_reaches_the_weights_of_an_uni
         done = command(*argv, "--max-steps", steps, "--output-dir", output, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stdout
+    # each checkpoint carries its run's record, by which `average` tells the checkpoints of two runs apart
+    assert (tmp_path / "resumed" / "checkpoint-4" / "preset.json").read_bytes() == (
+        tmp_path / "resumed" / "preset.json"
+    ).read_bytes()
     straight, resumed = (load_file(tmp_path / name / "final" / "model.safetensors") for name in ("straight", "resumed"))
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)
 

@@ -42,8 +42,11 @@ def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
     return triples
 
 
-def split_indices(triples: list[tuple[str, str, str]], sizes: dict[str, int] = SPLIT_PAIRS) -> dict[str, list[int]]:
-    """The indices of `triples` in each of `SPLITS` (see the module docstring for the rule), in file order."""
+def split_indices(
+    triples: list[tuple[str, str, str]], sizes: dict[str, int] = SPLIT_PAIRS, source: str | Path = "the file"
+) -> dict[str, list[int]]:
+    """The indices of `triples` (read from `source`) in each of `SPLITS` (see the module docstring for the rule), in
+    file order."""
     parent = list(range(len(triples)))
 
     def root(index: int) -> int:
@@ -72,7 +75,14 @@ def split_indices(triples: list[tuple[str, str, str]], sizes: dict[str, int] = S
         name = next((name for name in held_out if len(splits[name]) < sizes[name]), "train")
         splits[name].extend(members)
     if not splits["train"]:
-        raise DataError(f"{len(triples)} pairs leave nothing to train on after {sizes} held out; use a larger file.")
+        held = " and ".join(f"{sizes[name]:,} for {name}" for name in held_out)
+        pairs = f"{len(triples):,} pair{'s' * (len(triples) != 1)}"
+        raise DataError(
+            f"{source} holds {pairs}, too few for the fixed split of an Anki TSV file ({held}, the rest for train; "
+            f"any split of another size would hold other sentences): give a file of more than "
+            f"{sum(sizes[name] for name in held_out):,} pairs, or write your own {{split}}.{{lang}} files into a "
+            f"folder and pass that."
+        )
     return {name: sorted(indices) for name, indices in splits.items()}
 
 
@@ -88,7 +98,7 @@ def load_anki(path: str | Path, split: str, source_lang: str = "en", target_lang
         )
     other = target_lang if source_lang == "en" else source_lang
     triples = read_anki_pairs(path)
-    indices = split_indices(triples)[split]
+    indices = split_indices(triples, source=path)[split]
     return Dataset.from_dict(
         {
             "translation": [{"en": triples[i][0], other: triples[i][1]} for i in indices],

@@ -195,7 +195,11 @@ def cache_dir() -> Path:
     """Where `multi30k_dir` keeps its download: `multi30k-<commit>` in `$VANILLA_TRANSFORMER_CACHE`, by default
     `${XDG_CACHE_HOME:-~/.cache}/vanilla_transformer`."""
     default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vanilla_transformer"
-    return Path(os.environ.get(CACHE_ENV) or default).expanduser() / f"multi30k-{COMMIT[:8]}"
+    root = Path(os.environ.get(CACHE_ENV) or default).expanduser()
+    if root.exists() and not root.is_dir():
+        named = f"{CACHE_ENV}={root}" if os.environ.get(CACHE_ENV) else f"the cache folder {root}"
+        raise DataError(f"{named} is a file, not a folder: point {CACHE_ENV} at a folder (it is created if missing).")
+    return root / f"multi30k-{COMMIT[:8]}"
 
 
 def local_name(path: str) -> str:

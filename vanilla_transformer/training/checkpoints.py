@@ -1,6 +1,7 @@
 """Checkpoint averaging (§6.1: "For the base models, we used a single model obtained by averaging the last 5
 checkpoints ... For the big models, we averaged the last 20 checkpoints")."""
 
+import json
 import logging
 import pickle
 import re
@@ -155,9 +156,36 @@ def _architecture(config: dict) -> dict:
     return values
 
 
+# what a run's record (`preset.json`) may change between its checkpoints, and a resume: how long it runs and what it
+# keeps (the §5.3 rate depends on the step alone)
+RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
+# the run's record, copied into each checkpoint as it is saved (`VanillaTransformerTrainer._save_checkpoint`)
+RUN_RECORD = "preset.json"
+
+
+def _record_differences(folder: Path, newest: Path) -> list[str]:
+    """How the run records of two checkpoints differ (`RESUMABLE_FIELDS` aside); none when either has no record,
+    as checkpoints saved before records were copied into them have none."""
+    try:
+        records = [json.loads((path / RUN_RECORD).read_text()) for path in (folder, newest)]
+    except (OSError, ValueError):
+        return []
+    old, new = (
+        {name: value for name, value in record.items() if name not in (*RESUMABLE_FIELDS, "run")}
+        | {f"run.{name}": value for name, value in record.get("run", {}).items()}
+        for record in records
+    )
+    return [
+        f"{RUN_RECORD} {name}: {old.get(name)!r} vs {new.get(name)!r}"
+        for name in sorted(old.keys() | new.keys())
+        if old.get(name) != new.get(name)
+    ]
+
+
 def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
-    """Refuse `folders` unless they are checkpoints of one run: one architecture (`ARCHITECTURE_FIELDS`) and the
-    run's tokenizer (`run_dir/tokenizer`, else the newest checkpoint's) in each."""
+    """Refuse `folders` unless they are checkpoints of one run: one architecture (`ARCHITECTURE_FIELDS`), one run
+    record (`RUN_RECORD`, its seed and every setting besides `RESUMABLE_FIELDS`) and the run's tokenizer
+    (`run_dir/tokenizer`, else the newest checkpoint's) in each."""
     newest = folders[-1]
     configs = {folder: check_config_file(folder / "config.json") for folder in folders}
     reference = _architecture(configs[newest])
@@ -171,11 +199,12 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
         fingerprints = configs[folder].get("tokenizer_fingerprint"), configs[newest].get("tokenizer_fingerprint")
         if None not in fingerprints and fingerprints[0] != fingerprints[1]:
             differences.append(f"tokenizer_fingerprint: {fingerprints[0]!r} vs {fingerprints[1]!r}")
+        differences += _record_differences(folder, newest)
         if differences:
             raise ModelFolderError(
-                f"{folder.name} and {newest.name} in {run_dir} are not checkpoints of one run: their config.json "
-                f"differ in {'; '.join(differences)}; average checkpoints of one run only (move the others out of "
-                f"{run_dir}, or lower --last)."
+                f"{folder.name} and {newest.name} in {run_dir} are not checkpoints of one run: they differ in "
+                f"{'; '.join(differences)}; average checkpoints of one run only (move the others out of {run_dir}, "
+                f"or lower --last)."
             )
     run_tokenizer = Path(run_dir) / "tokenizer"
     with_tokenizer = [folder for folder in folders if (folder / "tokenizer.json").is_file()]

@@ -29,7 +29,7 @@ from ..data.tokenized import FilterReport
 from ..errors import SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from ..files.outputs import check_not_an_input, check_output_folder
-from .checkpoints import checkpoint_step, last_complete_checkpoint, list_checkpoints
+from .checkpoints import RESUMABLE_FIELDS, checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .fsdp import fsdp_problems
 from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
 from .ranges import TRAINING_RANGES
@@ -51,8 +51,6 @@ RECORDED = (
 )
 # the recorded settings a run object takes as options (precision is `mixed_precision`'s; the digest is computed)
 OPTIONS = tuple(name for name in RECORDED if name not in ("precision", "corpus_sha256"))
-# what a resume may change: how long it runs and what it keeps (the §5.3 rate depends on the step alone)
-RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
 # what a folder holding a tokenizer but no checkpoint yet fixes: its next start trains from scratch
 TOKENIZER_FIELDS = ("corpus", "dataset_config", "vocab_size", "lowercase")
 PRECISIONS = {"no": "fp32", "fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}

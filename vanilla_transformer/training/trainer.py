@@ -20,7 +20,7 @@ from ..data.staging import fsync_directory, fsync_tree
 from ..errors import SettingsError
 from ..files.loading import write_checksums
 from ..files.model_card import card_from_training_log
-from .checkpoints import STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
+from .checkpoints import RUN_RECORD, STAGING_PREFIX, last_complete_checkpoint, remove_stale_staging
 from .optimization import paper_schedule
 
 logger = logging.getLogger(__name__)
@@ -137,6 +137,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             if best.name == name or best.exists():
                 self.state.best_model_checkpoint = str(best)
                 self.state.save_to_json(str(complete / TRAINER_STATE_NAME))
+        if (run_dir / RUN_RECORD).is_file():  # which run it belongs to, for `average` (`check_one_run`)
+            shutil.copyfile(run_dir / RUN_RECORD, complete / RUN_RECORD)
         write_checksums(complete)
         fsync_tree(complete)
         if destination.exists():  # the same step saved again: move the old one aside first, then drop it
