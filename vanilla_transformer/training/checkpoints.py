@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM
+from transformers import PreTrainedModel
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_pt_utils import safe_globals
 from transformers.utils import SAFE_WEIGHTS_NAME
@@ -91,13 +91,14 @@ def remove_stale_staging(run_dir: str | Path) -> list[Path]:
     return stale
 
 
-def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the weights of `folders` (float32 accumulation), each checked first, so that a
-    truncated, bit-flipped or diverged checkpoint is named, not averaged in."""
+def average_weights(folders: list[Path]) -> PreTrainedModel:
+    """The newest of `folders`' models holding the element-wise mean of their weights (float32 accumulation). Each
+    folder is checked first (`check_model_folder`, which loads its model), so that a truncated, bit-flipped or
+    diverged checkpoint is named, not averaged in; the newest's loaded model takes the average."""
     if not folders:
         raise ModelFolderError("no checkpoints to average.")
     for folder in folders:
-        check_model_folder(folder)
+        model = check_model_folder(folder)
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for folder in folders:
@@ -110,7 +111,12 @@ def average_state_dicts(folders: list[Path]) -> dict[str, torch.Tensor]:
         for name, tensor in state.items():
             total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
             dtypes[name] = tensor.dtype
-    return {name: (tensor / len(folders)).to(dtypes[name]) for name, tensor in total.items()}
+    # the names and shapes were checked with each checkpoint; tied matrices are stored once (`model.shared.weight`)
+    model.load_state_dict(
+        {name: (tensor / len(folders)).to(dtypes[name]) for name, tensor in total.items()}, strict=False
+    )
+    model.tie_weights()
+    return model
 
 
 # The config.json fields that make two checkpoints the same model: averaging is only meaningful for checkpoints of one
@@ -248,13 +254,7 @@ def average_checkpoints(
     check_output_folder(output_dir, "model", overwrite)
     chosen = checkpoints[-last:]
     check_one_run(run_dir, chosen)
-    averaged = average_state_dicts(chosen)
-    # the weights are replaced by the average, and the newest checkpoint's were checked above
-    model = AutoModelForSeq2SeqLM.from_pretrained(chosen[-1], use_safetensors=True)
-    # the names and shapes were checked with each checkpoint; tied matrices are stored once (`model.shared.weight`)
-    model.load_state_dict(averaged, strict=False)
-    model.tie_weights()
-
+    model = average_weights(chosen)
     with staged_folder(output_dir, "model", command, overwrite) as staging:
         model.save_pretrained(staging)
         write_checksums(staging)
