@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DataError, Multi30kUnavailable
-from .staging import atomic_file, remove_killed_staging, remove_path, staging_path
+from .staging import atomic_file, fresh_staging_folder, remove_path
 from .text import file_sha256
 
 logger = logging.getLogger(__name__)
@@ -298,10 +298,7 @@ def _download(paths: list[str], folder: Path, base_url: str) -> None:
     checked, so a failed download leaves nothing behind."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     logger.info(f"downloading {len(paths)} Multi30k files from {base_url} into {folder}")
-    remove_killed_staging(folder.parent)
-    staging = staging_path(folder)
-    remove_path(staging)
-    staging.mkdir()
+    staging = fresh_staging_folder(folder)
     try:
         for path in paths:
             data = _fetch(path, base_url, folder)

@@ -71,6 +71,16 @@ def remove_killed_staging(folder: Path) -> list[Path]:
     return removed
 
 
+def fresh_staging_folder(destination: Path) -> Path:
+    """An empty `staging_path` folder for `destination` (its parents made), after removing what killed writers left
+    beside it."""
+    remove_killed_staging(destination.parent)
+    staging = staging_path(destination)
+    remove_path(staging)
+    staging.mkdir(parents=True)
+    return staging
+
+
 def fsync_tree(folder: Path) -> None:
     """Flush every file under `folder`, then the folders, to disk, so that a rename that follows cannot publish data
     still only in the page cache."""
@@ -120,10 +130,7 @@ def atomic_file(destination: Path, suffix: str = "") -> Iterator[Path]:
 def atomic_folder(destination: Path) -> Iterator[Path]:
     """A fresh hidden folder for the block to fill that replaces `destination` only when the block completes: the old
     folder is renamed aside first and deleted once the new one is in place (put back if that rename fails)."""
-    remove_killed_staging(destination.parent)
-    staging, aside = staging_path(destination), staging_path(destination, replaced=True)
-    remove_path(staging)
-    staging.mkdir()
+    staging, aside = fresh_staging_folder(destination), staging_path(destination, replaced=True)
     try:
         yield staging
         fsync_tree(staging)  # the bytes reach the disk before the name does

@@ -18,7 +18,7 @@ from datasets import Dataset, Features, List, Value, load_from_disk
 
 from ..errors import DataError
 from .batching import SOURCE_LENGTH, TARGET_LENGTH
-from .staging import remove_killed_staging, staging_path
+from .staging import fresh_staging_folder, staging_path
 from .text import file_sha256
 
 logger = logging.getLogger(__name__)
@@ -220,18 +220,14 @@ def tokenize_pairs(
 def _staging_folder(folder: Path) -> Path:
     """A fresh, empty hidden folder to build `folder` in, after removing what killed builds left (gigabytes at WMT's
     size)."""
-    remove_killed_staging(folder.parent)
-    staging = staging_path(folder)
-    shutil.rmtree(staging, ignore_errors=True)
     try:
-        staging.mkdir(parents=True)
+        return fresh_staging_folder(folder)
     except OSError as error:  # a read-only mount, a folder of someone else's: no disk to free
         raise DataError(
             f"the tokenized-corpus cache {folder.parent} cannot be written ({error.strerror}): set "
             f"VANILLA_TRANSFORMER_TOKENIZED_CACHE to a folder this user can write (the corpus is tokenized there "
             f"once and reused)."
         ) from error
-    return staging
 
 
 def _file_records(folder: Path) -> dict[str, list]:
