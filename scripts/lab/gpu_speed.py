@@ -62,7 +62,7 @@ class GpuCheck:
             vocab_size=1000,
             train_pairs=4,
             train_length=8,
-            peak_size=256,
+            peak_size=1024,  # a 256³ matmul reached 80% of a 1024³ one's FLOP/s on an AMD EPYC
             generate_batch=2,
             new_tokens=4,
             grid_pairs=4,

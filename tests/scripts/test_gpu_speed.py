@@ -36,7 +36,10 @@ def test_the_small_run_measures_every_row_and_fills_the_document(tmp_path):
         "Table 3 grid's model, 2 process(es)",
     ]
     training = report["rows"][0]
-    assert training["ours"] > 0 and 0 < training["mfu"] < 1 and training["ours_over_marian"] > 0
+    assert training["ours"] > 0 and training["mfu"] > 0 and training["ours_over_marian"] > 0
+    # one FLOP count for both models of identical dimensions. MFU is not bounded by 1 here: on a CPU without bf16
+    # units (CI's, at times) the step's fp32 work outruns the bf16 matmul that is the peak on a GPU
+    assert training["mfu"] / training["marian_mfu"] == pytest.approx(training["ours_over_marian"])
     assert all(row.get("ours", 1) > 0 for row in report["rows"])
     text = docs.read_text(encoding="utf-8")
     assert text.startswith("# Speed\n\nbefore\n\n") and text.endswith("\n\nafter\n") and "(not run yet)" not in text
