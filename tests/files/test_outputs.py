@@ -370,7 +370,8 @@ def test_plot_attention_writes_beside_and_never_into_the_model(model_folder, tmp
 
 def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(tmp_path):
     from vanilla_transformer.training.run import train
-    from vanilla_transformer.training.settings import TrainingSettings, check_run_folder
+    from vanilla_transformer.training.run_folder import RunFolder
+    from vanilla_transformer.training.settings import TrainingSettings
 
     preset = get_training_preset("demo")
     stranger = tmp_path / "photos"
@@ -380,21 +381,21 @@ def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(tmp_path):
     with pytest.raises(OutputError, match=r"photos is a non-empty folder .* pass --overwrite"):
         train(TrainingSettings(preset, stranger))
     assert tree_state(tmp_path) == before
-    check_run_folder(TrainingSettings(preset, stranger, overwrite=True))  # allowed, and said
+    RunFolder.read(stranger).check_place(TrainingSettings(preset, stranger, overwrite=True))  # allowed, and said
 
     run = tmp_path / "run"  # new, empty, or a run of ours: its preset.json, or a training-run marker
-    check_run_folder(TrainingSettings(preset, run))
+    RunFolder.read(run).check_place(TrainingSettings(preset, run))
     run.mkdir()
-    check_run_folder(TrainingSettings(preset, run))
+    RunFolder.read(run).check_place(TrainingSettings(preset, run))
     (run / "preset.json").write_text("{}")
     (run / "checkpoint-5").mkdir()
-    check_run_folder(TrainingSettings(preset, run))
+    RunFolder.read(run).check_place(TrainingSettings(preset, run))
     (run / "preset.json").unlink()
     write_marker(run, "training-run", "train")
-    check_run_folder(TrainingSettings(preset, run))
+    RunFolder.read(run).check_place(TrainingSettings(preset, run))
     (run / MARKER_NAME).unlink()
     with pytest.raises(OutputError, match="pass --overwrite to train there"):
-        check_run_folder(TrainingSettings(preset, run))
+        RunFolder.read(run).check_place(TrainingSettings(preset, run))
 
 
 # -- averaging refuses checkpoints of different runs ------------------------------------------------------------------

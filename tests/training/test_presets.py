@@ -27,19 +27,23 @@ from vanilla_transformer.training.presets import (
     preset_from_arguments,
 )
 from vanilla_transformer.training.run import train
-from vanilla_transformer.training.settings import TrainingSettings, check_record, trainer_checkpoint_steps
+from vanilla_transformer.training.run_folder import RunFolder, trainer_checkpoint_steps
+from vanilla_transformer.training.settings import TrainingSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def record_run(output: Path, preset, *, resume: bool = True, write: bool = True, **options) -> None:
     """Check (and with `write`, write) the record a run of `preset` with `options` keeps in `output`."""
-    check_record(TrainingSettings(preset, output, resume=resume, **options), write=write)
+    settings, folder = TrainingSettings(preset, output, resume=resume, **options), RunFolder.read(output)
+    folder.check_continuation(settings)
+    if write:
+        folder.write_record(settings)
 
 
 def check_settings(preset, output, *, resume: bool = True, **options) -> None:
-    """`TrainingSettings.check` of a run of `preset` with `options`."""
-    TrainingSettings(preset, output, resume=resume, **options).check()
+    """The checks of a run of `preset` with `options` in `output`: its settings', then its folder's."""
+    RunFolder.read(output).check(TrainingSettings(preset, output, resume=resume, **options))
 
 
 def run_with(preset, output, **options):
@@ -324,10 +328,10 @@ def test_every_differing_setting_is_named_in_one_refusal_and_old_records_are_che
     run = tmp_path / "run"
     record_run(run, get_training_preset("demo"), resume=True, seed=1)
     (run / "checkpoint-10").mkdir()
-    changed = {"seed": 2, "mixed_precision": "fp16", "target_lang": "fr"}
+    changed = {"seed": 2, "mixed_precision": "bf16", "target_lang": "fr"}
     with pytest.raises(ValueError) as refusal:
         record_run(run, get_training_preset("demo", dropout=0.3), resume=True, **changed)
-    assert "(dropout: 0.1 -> 0.3; target_lang: 'de' -> 'fr'; seed: 1 -> 2; precision: 'fp32' -> 'fp16')" in str(
+    assert "(dropout: 0.1 -> 0.3; target_lang: 'de' -> 'fr'; seed: 1 -> 2; precision: 'fp32' -> 'bf16')" in str(
         refusal.value
     )
     # a record written before run settings were recorded: checked on its preset alone, then records them

@@ -16,6 +16,7 @@ from vanilla_transformer.data.tokenization import (
 from vanilla_transformer.errors import SettingsError
 from vanilla_transformer.training.presets import get_training_preset
 from vanilla_transformer.training.run import build_tokenizer, train
+from vanilla_transformer.training.run_folder import RunFolder
 from vanilla_transformer.training.settings import TrainingSettings
 
 
@@ -36,16 +37,16 @@ def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_
     def given(path):
         return TrainingSettings(preset, tmp_path / "run", tokenizer_path=path)
 
-    tokenizer = build_tokenizer(given(tmp_path / "given"), corpus)
+    tokenizer = build_tokenizer(given(tmp_path / "given"), RunFolder.read(tmp_path / "run"), corpus)
     assert tokenizer_fingerprint(load_tokenizer(tmp_path / "run" / "tokenizer")) == tokenizer_fingerprint(tokenizer)
     assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(builtin_tokenizer)
     # the same tokenizer again is fine; the run's own is used without --tokenizer
-    build_tokenizer(given(tmp_path / "given"), corpus)
-    build_tokenizer(given(None), corpus)
+    build_tokenizer(given(tmp_path / "given"), RunFolder.read(tmp_path / "run"), corpus)
+    build_tokenizer(given(None), RunFolder.read(tmp_path / "run"), corpus)
     other = train_joint_bpe([pair["en"] for pair in corpus["translation"]], vocab_size=300)
     save_tokenizer(other, tmp_path / "other")
     with pytest.raises(SettingsError, match=r"--tokenizer .*other is not the tokenizer the run in .*run was started"):
-        build_tokenizer(given(tmp_path / "other"), corpus)
+        build_tokenizer(given(tmp_path / "other"), RunFolder.read(tmp_path / "run"), corpus)
 
 
 def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tmp_path, monkeypatch):

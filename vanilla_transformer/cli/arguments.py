@@ -5,9 +5,10 @@ declares its flags, and `run(args)` does the work: arguments that do not go toge
 refusals a `VanillaTransformerError` (`main` prints either as one line). Each module imports what does the work
 (datasets, sacrebleu, matplotlib, the trainer) inside `run`, so that `--help` stays quick.
 
-Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a batch of 0,
+Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a beam of 0,
 a folder where a file is read, a device this machine lacks) stops the command at once with argparse's one line
-`error: argument --flag: ...` naming the value and the fix (exit status 2).
+`error: argument --flag: ...` naming the value and the fix (exit status 2). The training settings' flags are only
+read as numbers here: their ranges are checked once, as the run's settings are built.
 """
 
 import argparse
@@ -41,6 +42,21 @@ def argument_type(rule: Range, name: str) -> Callable[[str], int | float]:
 
     check.__name__ = name
     return check
+
+
+def setting_number(rule: Range, name: str) -> Callable[[str], int | float]:
+    """A `type=` for a training setting: the text as a number of `rule`'s kind, in `rule`'s words when it is none;
+    its range is the settings' to check (`training.settings.TrainingSettings`), once, for flags and Python alike."""
+    kind, noun = (int, "whole number") if rule.whole else (float, "number")
+
+    def convert(text: str) -> int | float:
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {noun}: {rule.fix}") from None
+
+    convert.__name__ = name
+    return convert
 
 
 def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Callable[[str], int]:
@@ -288,10 +304,11 @@ def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_setting_arguments(parser: argparse.ArgumentParser, helps: dict[str, str | None], **defaults: object) -> None:
-    """A flag `--field-name` per training setting in `helps` (field: help), checked by its rule in `TRAINING_RANGES`
-    (which the training functions apply too; else text), with its default in `defaults` (else None)."""
+    """A flag `--field-name` per training setting in `helps` (field: help), a number of the kind its rule in
+    `TRAINING_RANGES` takes (else text), with its default in `defaults` (else None). The ranges themselves are checked
+    once, by the run's settings as they are built (`training.settings.TrainingSettings`)."""
     for field, help_text in helps.items():
-        kind = argument_type(TRAINING_RANGES[field], field) if field in TRAINING_RANGES else str
+        kind = setting_number(TRAINING_RANGES[field], field) if field in TRAINING_RANGES else str
         parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=defaults.get(field), help=help_text)
 
 

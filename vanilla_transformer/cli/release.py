@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> None:
         write_release,
     )
     from ..training.checkpoints import average_checkpoints, list_checkpoints, run_inputs
-    from ..training.settings import read_run_preset
+    from ..training.run_folder import read_run_preset
 
     run_dir = Path(args.run_dir)
     final = run_dir / "final"

@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..training.run import train
+    from ..training.run_folder import RunFolder
     from ..training.settings import TrainingSettings
 
-    settings = TrainingSettings.from_arguments(args, "train")
-    result = train(settings)
+    folder = RunFolder.read(args.output_dir)
+    result = train(TrainingSettings.from_arguments(args, "train", folder.record), folder)
     print(f"final model: {result.final_dir}")

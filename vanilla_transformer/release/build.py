@@ -23,7 +23,8 @@ from ..inference.evaluation import evaluate_model_on_split
 from ..inference.scoring import score_translations
 from ..training.checkpoints import checkpoint_step
 from ..training.presets import PRESET_FLAGS, TRAINING_PRESETS
-from ..training.settings import run_flags, same_setting
+from ..training.run_folder import same_setting
+from ..training.settings import run_flags
 
 SMOKE_SENTENCES = 50  # the first N sentences of the first test split, re-scored by a test against the card
 EXAMPLE_EVERY = 100  # the card shows every 100th sentence of the first test split with its translation

@@ -148,7 +148,7 @@ def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
 
 
 def preset_from_record(record: dict) -> TrainingPreset:
-    """The preset a run recorded in its preset.json (`settings.read_run_preset`)."""
+    """The preset a run recorded in its preset.json (`run_folder.read_run_preset`)."""
     values = {field.name: record[field.name] for field in fields(TrainingPreset)}
     values["model_overrides"] = tuple(tuple(pair) for pair in values["model_overrides"])
     return TrainingPreset(**values)

@@ -1,8 +1,6 @@
 """The training job, one function per arrow of the pipeline: corpus → tokenizer → model → `Seq2SeqTrainer` with the
 paper's recipe → checkpoints → averaging (§6.1) → a Hub-ready folder."""
 
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -23,15 +21,16 @@ from ..data.tokenization import (
     train_joint_bpe,
 )
 from ..data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
-from ..errors import OutputError, SettingsError
-from ..files.outputs import hold_lock, staged_folder
+from ..errors import SettingsError
+from ..files.outputs import staged_folder
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .checkpoints import average_checkpoints, check_checkpoint_pickles, last_complete_checkpoint
+from .checkpoints import average_checkpoints, check_checkpoint_pickles
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
-from .settings import TrainingSettings, check_record, check_tokenized, write_record
+from .run_folder import RunFolder
+from .settings import TrainingSettings, check_tokenized
 from .trainer import VanillaTransformerTrainer
 
 
@@ -45,13 +44,13 @@ class TrainingRun:
     train_seconds: float
 
 
-def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset) -> PreTrainedTokenizerBase:
+def build_tokenizer(settings: TrainingSettings, run: RunFolder, train_corpus: Dataset) -> PreTrainedTokenizerBase:
     """The run's tokenizer in `output_dir/tokenizer`, where a resume finds it: the one there (another
     `tokenizer_path` is refused), else a copy of `tokenizer_path`, else the joint BPE learned from both sides of the
     corpus or of a seeded sample of `tokenizer_sample_pairs` pairs."""
     folder, given = settings.output_dir / "tokenizer", settings.tokenizer_path
-    if (folder / "tokenizer.json").is_file():
-        tokenizer = load_tokenizer(folder)
+    if run.tokenizer is not None:
+        tokenizer = load_tokenizer(run.tokenizer)
         if given is not None and tokenizer_fingerprint(load_tokenizer(given)) != tokenizer_fingerprint(tokenizer):
             raise SettingsError(
                 f"--tokenizer {given} is not the tokenizer the run in {settings.output_dir} was started with "
@@ -73,27 +72,6 @@ def build_tokenizer(settings: TrainingSettings, train_corpus: Dataset) -> PreTra
     return tokenizer
 
 
-@contextmanager
-def run_lock(state: PartialState, output_dir: Path) -> Iterator[None]:
-    """Hold the run folder's lock while the block runs: the main process takes it and tells every process whether
-    it could, so that a second run into the same folder stops on all of them before it writes anything."""
-    with ExitStack() as lock:
-        refusal = None
-        if state.is_main_process:
-            output_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                lock.enter_context(hold_lock(output_dir))
-            except OutputError as error:
-                refusal = str(error)
-        if state.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            refusal = broadcast_object_list([refusal])[0]
-        if refusal:
-            raise OutputError(refusal)
-        yield
-
-
 @dataclass
 class RunData:
     """A run's tokenizer and its tokenized training and validation pairs (`data.tokenized`), with what was dropped."""
@@ -109,7 +87,7 @@ class RunData:
         return int(sum(lengths.sum() for lengths in dataset_lengths(self.train_set)))
 
 
-def prepare_run_data(state: PartialState, settings: TrainingSettings) -> RunData:
+def prepare_run_data(state: PartialState, settings: TrainingSettings, folder: RunFolder) -> RunData:
     """The tokenizer and the tokenized pairs (the first `eval_samples` validation pairs if given), the main process
     first, so that it fills the caches before the others open them. Unlike `state.main_process_first()`, an error in
     the main process's turn still lets the others past the barrier to meet it themselves, instead of waiting for a
@@ -120,7 +98,7 @@ def prepare_run_data(state: PartialState, settings: TrainingSettings) -> RunData
     try:
         train_corpus = load_corpus(preset.corpus, "train", *languages, preset.dataset_config)
         valid_corpus = load_corpus(preset.corpus, preset.valid_split, *languages, preset.dataset_config)
-        tokenizer = build_tokenizer(settings, train_corpus)
+        tokenizer = build_tokenizer(settings, folder, train_corpus)
         if settings.eval_samples:
             valid_corpus = valid_corpus.select(range(min(settings.eval_samples, len(valid_corpus))))
         cache = tokenized_cache_root()
@@ -155,28 +133,25 @@ class PreparedRun:
     sampler: TokenBudgetBatchSampler | None  # the token batches (None: batches of pairs)
     accumulation: int  # batches per process and update
     summary: str  # the parameters, pairs, tokens and batches, for the run's first lines
-    resume_from: Path | None  # the checkpoint the run resumes from
 
 
-def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
+def prepare_run(state: PartialState, settings: TrainingSettings, folder: RunFolder) -> PreparedRun:
     """The run's setup, on every process under the run's lock, in the order the data flows: the record checked, the
     tokenized data and what it refuses, the checkpoint a resume loads and its pickles, the record written, the
     model, and the batches (token budgets or pairs) with the accumulation that reaches `preset.tokens_per_update`
     over all processes."""
-    preset, output = settings.preset, settings.output_dir
+    preset = settings.preset
     # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
     # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
-    new_run = not (output / "preset.json").is_file()
-    check_record(settings, write=state.is_main_process and new_run)
-    data = prepare_run_data(state, settings)
+    if state.is_main_process and folder.record is None:
+        folder.write_record(settings)
+    data = prepare_run_data(state, settings, folder)
     state.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
     check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
-    # the newest complete checkpoint: an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
-    resume_from = last_complete_checkpoint(output) if settings.resume and output.is_dir() else None
-    if resume_from is not None:  # before the record is rewritten: a refused resume changes nothing
-        check_checkpoint_pickles(resume_from)
-    if state.is_main_process and not new_run:
-        write_record(settings)
+    if folder.resume_from is not None:  # before the record is rewritten: a refused resume changes nothing
+        check_checkpoint_pickles(folder.resume_from)
+    if state.is_main_process and folder.record is not None:
+        folder.write_record(settings)
     model = build_model(preset, data.tokenizer)
     sampler = None
     tokens = data.train_tokens()
@@ -193,32 +168,28 @@ def prepare_run(state: PartialState, settings: TrainingSettings) -> PreparedRun:
         )
     accumulation = accumulation_steps(preset.tokens_per_update, tokens_per_batch * state.num_processes)
     summary = f"{sum(p.numel() for p in model.parameters()):,} parameters; {pairs}"
-    return PreparedRun(data, model, sampler, accumulation, summary, resume_from)
+    return PreparedRun(data, model, sampler, accumulation, summary)
 
 
-def start_run(settings: TrainingSettings) -> None:
-    """What a run does before the process group exists, so that every process refuses the same way: check the
-    settings (an FSDP request's and the folder's too), then set the thread count and the seed."""
-    settings.check()
-    settings.output_dir.mkdir(parents=True, exist_ok=True)
+def train(settings: TrainingSettings, folder: RunFolder | None = None) -> TrainingRun:
+    """Train `settings.preset` into `settings.output_dir` (read as `folder`, unless given) on `Seq2SeqTrainer`,
+    resuming from its newest checkpoint when `settings.resume`, and average the last `preset.average_last`
+    checkpoints into `output_dir/final` (§6.1).
+
+    Under N processes (`accelerate launch`, `torchrun`) every process runs this function; the loss is divided by the
+    target tokens of all of them, and accumulation counts the tokens of all of them. Each reads the folder and checks
+    it before the process group exists, so that every process refuses the same way.
+    """
+    folder = folder or RunFolder.read(settings.output_dir)
+    folder.check(settings)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
-
-
-def train(settings: TrainingSettings) -> TrainingRun:
-    """Train `settings.preset` into `settings.output_dir` on `Seq2SeqTrainer`, resuming from its newest checkpoint
-    when `settings.resume`, and average the last `preset.average_last` checkpoints into `output_dir/final` (§6.1).
-
-    Under N processes (`accelerate launch`, `torchrun`) every process runs this function; the loss is divided by the
-    target tokens of all of them, and accumulation counts the tokens of all of them.
-    """
-    start_run(settings)
     preset, output = settings.preset, settings.output_dir
     # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
     state = PartialState(cpu=not torch.cuda.is_available())
-    with run_lock(state, output):  # one run at a time in a folder
-        prepared = prepare_run(state, settings)
+    with folder.lock(state):  # one run at a time in a folder
+        prepared = prepare_run(state, settings, folder)
         model, tokenizer = prepared.model, prepared.data.tokenizer
         trainer = VanillaTransformerTrainer(
             model=model,
@@ -242,7 +213,7 @@ def train(settings: TrainingSettings) -> TrainingRun:
             f"{trainer.args.learning_rate:.2e} at step {preset.warmup_steps}"
         )
 
-        checkpoint = prepared.resume_from
+        checkpoint = folder.resume_from
         if checkpoint:
             print(f"resuming from {checkpoint}")
         result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -1,0 +1,216 @@
+"""A run's folder, read once (`RunFolder.read`): its record (`preset.json`), its checkpoints and the one a resume
+starts from, and its tokenizer. Every fact of the folder that a run depends on is taken from this one reading: the
+flags a resume leaves out (`settings.TrainingSettings.from_arguments`), whether the settings may continue the run
+(`RunFolder.check`), where the Trainer resumes, and which tokenizer it keeps. `RunFolder.lock` holds the folder for
+the run, so that no second run writes into it meanwhile.
+"""
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+
+from accelerate import PartialState
+
+from ..data.corpora import corpus_location, same_corpus
+from ..data.staging import atomic_file
+from ..errors import OutputError, SettingsError
+from ..files.outputs import check_not_an_input, check_output_folder, hold_lock
+from .checkpoints import RESUMABLE_FIELDS, RUN_RECORD, checkpoint_step, last_complete_checkpoint, list_checkpoints
+from .presets import TrainingPreset
+from .settings import TrainingSettings, flag, raise_problems
+
+logger = logging.getLogger(__name__)
+
+# what a folder holding a tokenizer but no checkpoint yet fixes: its next start trains from scratch
+TOKENIZER_FIELDS = ("corpus", "dataset_config", "vocab_size", "lowercase")
+
+
+def read_run_preset(path: str | Path) -> dict:
+    """A run's `preset.json` (lists, not tuples); a field added to `TrainingPreset` since reads as its default."""
+    defaults = {field.name: field.default for field in fields(TrainingPreset) if field.default is not MISSING}
+    return json.loads(json.dumps(defaults)) | json.loads(Path(path).read_text())
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """What a run folder holds, as `read` found it."""
+
+    path: Path
+    record: dict | None  # preset.json
+    checkpoints: tuple[Path, ...]  # checkpoint-N folders, oldest first
+    resume_from: Path | None  # the newest complete checkpoint, where the Trainer resumes
+    tokenizer: Path | None  # tokenizer/, once a start has saved it
+
+    @classmethod
+    def read(cls, path: str | Path) -> "RunFolder":
+        """The folder at `path` (which need not exist yet); a file there is refused."""
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise SettingsError(f"--output-dir {path} is a file, not a folder: give a new folder, or the run's own.")
+        if not path.is_dir():
+            return cls(path, None, (), None, None)
+        record = read_run_preset(path / RUN_RECORD) if (path / RUN_RECORD).is_file() else None
+        tokenizer = path / "tokenizer" if (path / "tokenizer" / "tokenizer.json").is_file() else None
+        # an interrupted save is a tmp-checkpoint-N folder, never a checkpoint-N
+        checkpoints = tuple(list_checkpoints(path))
+        return cls(path, record, checkpoints, last_complete_checkpoint(path) if checkpoints else None, tokenizer)
+
+    def check(self, settings: TrainingSettings) -> None:
+        """Refuse, before anything is read or written, a folder the run may not train in (`check_place`), settings
+        that may not continue the run it holds (`check_continuation`), and a run that cannot write or find the
+        `preset.average_last` checkpoints it averages (`checkpoint_problems`)."""
+        self.check_place(settings)
+        self.check_continuation(settings)
+        raise_problems(checkpoint_problems(settings, self))
+
+    def check_place(self, settings: TrainingSettings) -> None:
+        """Refuse a folder that is, holds or lies inside the corpus, and a non-empty one that is not a run of ours
+        (its `preset.json`, `tokenizer/` or `training-run` marker) unless `settings.overwrite`."""
+        check_not_an_input(self.path, [("the corpus", corpus_location(settings.preset.corpus))])
+        recognised = (RUN_RECORD, "tokenizer/tokenizer.json")
+        place = check_output_folder
+        if place(self.path, "training-run", settings.overwrite, recognised_by=recognised, overwrite_does="train there"):
+            logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", self.path)
+
+    def check_continuation(self, settings: TrainingSettings) -> None:
+        """Refuse to continue the run in the folder with other settings than it recorded. A folder holding a run is
+        continued only with its settings (`RESUMABLE_FIELDS` aside; before its first checkpoint only
+        `TOKENIZER_FIELDS` and the corpus's content count) and never restarted: either would average checkpoints of
+        two runs together. The error names each field that differs."""
+        earlier = list(self.checkpoints) + ([self.tokenizer] if self.tokenizer else [])
+        if earlier and not settings.resume:
+            raise SettingsError(
+                f"{self.path} already holds a run ({', '.join(path.name for path in earlier)}); starting over there "
+                "would mix its checkpoints with the new ones. Give a new output directory, or delete that one first."
+            )
+        newest_step = checkpoint_step(self.checkpoints[-1]) if self.checkpoints else 0
+        if newest_step > settings.preset.max_steps:
+            raise SettingsError(
+                f"{self.path} holds checkpoint-{newest_step}, past max_steps={settings.preset.max_steps}: give a "
+                f"max_steps of at least {newest_step}, or average the checkpoints you want with `vanilla-transformer "
+                "average`."
+            )
+        if not earlier or self.record is None:
+            return
+        saved, new = self.record, settings.record()
+        fixed = [name for name in new if name not in RESUMABLE_FIELDS] if self.checkpoints else TOKENIZER_FIELDS
+        changed = [
+            f"{name}: {saved.get(name)!r} -> {new[name]!r}"
+            for name in fixed
+            if name not in ("corpus", "run") and not same_setting(name, new[name], saved.get(name))
+        ]
+        corpus = _changed_corpus(saved, new)
+        changed = ([corpus] if corpus else []) + changed
+        if self.checkpoints and "run" in saved:
+            changed += [
+                f"{name}: {saved['run'].get(name)!r} -> {value!r}"
+                for name, value in new["run"].items()
+                if name != "corpus_sha256" and saved["run"].get(name) != value
+            ]
+        if changed:
+            free = (
+                f"only {', '.join(RESUMABLE_FIELDS)} may change"
+                if self.checkpoints
+                else f"it has no checkpoint yet: only {', '.join(TOKENIZER_FIELDS)}, which its tokenizer depends on, "
+                "must stay"
+            )
+            raise SettingsError(
+                f"{self.path} holds a run trained with other settings ({'; '.join(changed)}). Resume it with the "
+                f"settings in {self.path / RUN_RECORD} ({free}), or give a new output directory."
+            )
+
+    def write_record(self, settings: TrainingSettings) -> None:
+        """Write `settings.record()` to the folder's `preset.json` whole (`data.staging.atomic_file`)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with atomic_file(self.path / RUN_RECORD) as staging:
+            staging.write_text(json.dumps(settings.record(), indent=2) + "\n")
+
+    @contextmanager
+    def lock(self, state: PartialState) -> Iterator[None]:
+        """Hold the folder's lock while the block runs: the main process takes it and tells every process whether
+        it could, so that a second run into the same folder stops on all of them before it writes anything."""
+        with ExitStack() as held:
+            refusal = None
+            if state.is_main_process:
+                self.path.mkdir(parents=True, exist_ok=True)
+                try:
+                    held.enter_context(hold_lock(self.path))
+                except OutputError as error:
+                    refusal = str(error)
+            if state.num_processes > 1:
+                from accelerate.utils import broadcast_object_list
+
+                refusal = broadcast_object_list([refusal])[0]
+            if refusal:
+                raise OutputError(refusal)
+            yield
+
+
+def same_setting(name: str, value: object, other: object) -> bool:
+    """Whether two values of a preset field (as `preset.json` holds them) mean the same thing."""
+    if name == "corpus" and value is not None and other is not None:
+        return same_corpus(str(value), str(other))
+    return value == other
+
+
+def _changed_corpus(saved: dict, new: dict) -> str | None:
+    """How a new start's corpus differs from the recorded one, or None: by content digest where both have one, else
+    by name."""
+    digests = saved.get("run", {}).get("corpus_sha256"), new.get("run", {}).get("corpus_sha256")
+    if None not in digests:
+        if digests[0] == digests[1]:
+            return None
+        return (
+            f"corpus: {saved['corpus']!r} (sha256 {digests[0][:12]}…) -> {new['corpus']!r} (sha256 "
+            f"{digests[1][:12]}…), other content"
+        )
+    if same_setting("corpus", new["corpus"], saved.get("corpus")):
+        return None
+    return f"corpus: {saved.get('corpus')!r} -> {new['corpus']!r}"
+
+
+def trainer_checkpoint_steps(
+    max_steps: int, save_steps: int, existing: Iterable[int] = (), resume_step: int = 0
+) -> list[int]:
+    """The steps of the checkpoints a `Seq2SeqTrainer` run leaves before rotation: `existing`, every multiple of
+    `save_steps` after `resume_step`, and `max_steps` itself, which transformers' `DefaultFlowCallback` saves."""
+    steps = set(existing)
+    if max_steps > resume_step:
+        steps.update(range((resume_step // save_steps + 1) * save_steps, max_steps + 1, save_steps))
+        steps.add(max_steps)
+    return sorted(steps)
+
+
+def checkpoint_problems(settings: TrainingSettings, folder: RunFolder) -> list[str]:
+    """Whether a Trainer run ends with the `average_last` checkpoints it averages, its own plus those of the run it
+    resumes in `folder` (the counts were checked to be at least 1)."""
+    preset = settings.preset
+    existing = [checkpoint_step(path) for path in folder.checkpoints] if settings.resume else []
+    resume_step = checkpoint_step(folder.resume_from) if settings.resume and folder.resume_from else 0
+    wanted, every, last = preset.average_last, preset.save_steps, preset.max_steps
+    steps = trainer_checkpoint_steps(last, every, existing, resume_step)
+    if len(steps) >= wanted:
+        return []
+    names = ", ".join(f"checkpoint-{step}" for step in steps)
+    earlier = f"; {len(existing)} of them already in {folder.path}" if existing else ""
+    fixes = [flag("average_last", len(steps))]
+    # the other ways out: checkpoints closer together, or more updates (a multiple of save_steps: evenly spaced)
+    missing = wanted - len(existing)
+    if missing <= last - resume_step:
+        closer = (last - resume_step) // missing
+        while closer > 0 and len(trainer_checkpoint_steps(last, closer, existing, resume_step)) < wanted:
+            closer -= 1
+        if closer:
+            fixes.append(flag("save_steps", closer))
+    longer = every * (missing + resume_step // every)
+    while len(trainer_checkpoint_steps(longer, every, existing, resume_step)) < wanted:
+        longer += every
+    fixes.append(flag("max_steps", longer))
+    return [
+        f"{flag('average_last', wanted)} averages the last {wanted} checkpoints at the end, but "
+        f"{flag('max_steps', last)} with {flag('save_steps', every)} leaves {len(steps)} ({names}{earlier}); give "
+        f"{', '.join(fixes[:-1])} or {fixes[-1]}."
+    ]
