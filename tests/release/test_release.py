@@ -16,7 +16,13 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from vanilla_transformer.cli.main import build_parser, main
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.text import read_lines
-from vanilla_transformer.data.tokenization import load_tokenizer, lowercases, tokenizer_fingerprint, train_joint_bpe
+from vanilla_transformer.data.tokenization import (
+    load_tokenizer,
+    lowercases,
+    save_tokenizer,
+    tokenizer_fingerprint,
+    train_joint_bpe,
+)
 from vanilla_transformer.inference.scoring import score_translations
 from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.release.build import (
@@ -452,6 +458,22 @@ def test_train_command_adds_the_runs_recorded_settings_as_flags_the_train_comman
     on_a_gpu["run"]["precision"] = "fp16"
     assert " --fp16" in train_command(on_a_gpu, "out")
     assert run_flags({"seed": 3, "precision": "bf16"}) == " --seed 3 --bf16"
+
+
+def test_the_reproduce_line_of_a_run_given_a_tokenizer_or_a_bpe_sample_carries_it(tmp_path, builtin_tokenizer):
+    given = tmp_path / "my tokenizer"
+    save_tokenizer(builtin_tokenizer, given)
+    args = build_parser().parse_args(["train", "--output-dir", "out", "--tokenizer", str(given)])
+    settings = TrainingSettings.from_arguments(args, "train", None)
+    line = train_command(settings.record(), "out")
+    assert line.startswith("vanilla-transformer train --preset demo --tokenizer ")
+    assert build_parser().parse_args(shlex.split(line)[1:]).tokenizer == str(given.resolve())  # quoted: it has a space
+    args = build_parser().parse_args(["train", "--output-dir", "out", "--tokenizer-sample", "500"])
+    line = train_command(TrainingSettings.from_arguments(args, "train", None).record(), "out")
+    assert line == "vanilla-transformer train --preset demo --tokenizer-sample 500 --output-dir out"
+    args = build_parser().parse_args(["train", "--output-dir", "out"])  # the default sample: no flag
+    line = train_command(TrainingSettings.from_arguments(args, "train", None).record(), "out")
+    assert line == "vanilla-transformer train --preset demo --output-dir out"
 
 
 def model_folder(folder: Path, tokenizer) -> Path:

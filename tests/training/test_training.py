@@ -1,3 +1,4 @@
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -47,6 +48,14 @@ def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_
     save_tokenizer(other, tmp_path / "other")
     with pytest.raises(SettingsError, match=r"--tokenizer .*other is not the tokenizer the run in .*run was started"):
         build_tokenizer(given(tmp_path / "other"), RunFolder.read(tmp_path / "run"), corpus)
+    # the run records where its tokenizer came from; a resume keeps that origin even once the folder is gone
+    settings = given(tmp_path / "given")
+    RunFolder.read(tmp_path / "run").write_record(settings)
+    recorded = RunFolder.read(tmp_path / "run")
+    assert recorded.record["run"]["tokenizer_path"] == str((tmp_path / "given").resolve())
+    shutil.rmtree(tmp_path / "given")
+    resumed = TrainingSettings(preset, tmp_path / "run", tokenizer_path=recorded.record["run"]["tokenizer_path"])
+    assert tokenizer_fingerprint(build_tokenizer(resumed, recorded, corpus)) == tokenizer_fingerprint(builtin_tokenizer)
 
 
 def test_a_resumed_run_opens_the_tokenized_corpus_instead_of_tokenizing_again(tmp_path, monkeypatch):

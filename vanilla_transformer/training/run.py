@@ -51,7 +51,10 @@ def build_tokenizer(settings: TrainingSettings, run: RunFolder, train_corpus: Da
     folder, given = settings.output_dir / "tokenizer", settings.tokenizer_path
     if run.tokenizer is not None:
         tokenizer = load_tokenizer(run.tokenizer)
-        if given is not None and tokenizer_fingerprint(load_tokenizer(given)) != tokenizer_fingerprint(tokenizer):
+        # the origin the run recorded, kept on a resume without --tokenizer, need not exist any more
+        recorded = (run.record or {}).get("run", {}).get("tokenizer_path")
+        other = given is not None and given != recorded
+        if other and tokenizer_fingerprint(load_tokenizer(given)) != tokenizer_fingerprint(tokenizer):
             raise SettingsError(
                 f"--tokenizer {given} is not the tokenizer the run in {settings.output_dir} was started with "
                 f"({folder}); drop --tokenizer to resume it, or start a new run in another --output-dir."

@@ -105,10 +105,13 @@ class RunFolder:
         corpus = _changed_corpus(saved, new)
         changed = ([corpus] if corpus else []) + changed
         if self.checkpoints and "run" in saved:
+            # the corpus is compared above, the tokenizer by its fingerprint (`run.build_tokenizer`); a setting recorded
+            # only since a run was started is not compared
+            compared = [name for name in new["run"] if name in saved["run"]]
             changed += [
-                f"{name}: {saved['run'].get(name)!r} -> {value!r}"
-                for name, value in new["run"].items()
-                if name != "corpus_sha256" and saved["run"].get(name) != value
+                f"{name}: {saved['run'][name]!r} -> {new['run'][name]!r}"
+                for name in compared
+                if name not in ("corpus_sha256", "tokenizer_path") and saved["run"][name] != new["run"][name]
             ]
         if changed:
             free = (

@@ -13,6 +13,7 @@ the rising part of the §5.3 schedule.
 import argparse
 import json
 import os
+import shlex
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +43,8 @@ RECORDED = (
     "per_device_batch_size",
     "max_grad_norm",
     "corpus_sha256",
+    "tokenizer_path",  # where a given tokenizer came from (a local folder as its absolute path), else None
+    "tokenizer_sample_pairs",
 )
 # the recorded settings a run object takes as options (precision is `mixed_precision`'s; the digest is computed)
 OPTIONS = tuple(name for name in RECORDED if name not in ("precision", "corpus_sha256"))
@@ -96,18 +99,19 @@ class TrainingSettings:
                 f"--vocab-size {args.vocab_size} sizes the BPE a run learns, but --tokenizer {args.tokenizer} brings "
                 f"its own vocabulary, which the model takes: leave --vocab-size out (or --tokenizer, to learn one)."
             )
-        options = {field.name for field in fields(cls) if field.init} - {"preset", "resume", "tokenizer_path"}
-        given = {name: getattr(args, name) for name in options if getattr(args, name, None) is not None}
+        options = {field.name for field in fields(cls) if field.init} - {"preset", "resume"}
+        renamed = {"tokenizer_path": args.tokenizer, "tokenizer_sample_pairs": args.tokenizer_sample}
+        given = {name: getattr(args, name, None) for name in options} | renamed
+        given = {name: value for name, value in given.items() if value is not None}
         if getattr(args, "bf16", False) or getattr(args, "fp16", False):
             given["mixed_precision"] = "bf16" if args.bf16 else "fp16"
-        given["tokenizer_sample_pairs"] = getattr(args, "tokenizer_sample", None) or TOKENIZER_SAMPLE_PAIRS
         if args.preset is None and not args.no_resume and recorded is not None:
             flags = {name: getattr(args, name) for name in PRESET_FLAGS if getattr(args, name) is not None}
             preset = replace(preset_from_record(recorded), **flags)
             given = recorded_options(recorded.get("run", {})) | given
         else:
             preset = preset_from_arguments(args)
-        return cls(preset, resume=not args.no_resume, tokenizer_path=args.tokenizer, command=command, **given)
+        return cls(preset, resume=not args.no_resume, command=command, **given)
 
     @cached_property
     def corpus_sha256(self) -> str | None:
@@ -122,6 +126,8 @@ class TrainingSettings:
     def run_record(self) -> dict:
         """What the run records besides its preset (`RECORDED`), each of which changes its weights."""
         values = asdict(self) | {"precision": self.precision, "corpus_sha256": self.corpus_sha256}
+        if self.tokenizer_path is not None and Path(self.tokenizer_path).expanduser().is_dir():
+            values["tokenizer_path"] = str(Path(self.tokenizer_path).expanduser().resolve())
         return {name: values[name] for name in RECORDED}
 
     def record(self) -> dict:
@@ -148,6 +154,10 @@ def run_flags(run: dict) -> str:
     text += {"bf16": " --bf16", "fp16": " --fp16"}.get(run.get("precision", "fp32"), "")
     for name in ("per_device_batch_size", "max_grad_norm"):
         text += f" {flag(name, run[name])}" if run.get(name) else ""
+    if run.get("tokenizer_path"):
+        text += f" --tokenizer {shlex.quote(run['tokenizer_path'])}"
+    elif run.get("tokenizer_sample_pairs") not in (None, TOKENIZER_SAMPLE_PAIRS):
+        text += f" --tokenizer-sample {run['tokenizer_sample_pairs']}"
     return text
 
 
