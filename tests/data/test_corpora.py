@@ -43,6 +43,35 @@ def test_different_line_counts_name_both_files_and_counts(tmp_path):
     assert "train.en has 3 lines" in message and "train.de has 2" in message
 
 
+def test_a_corpus_cache_cut_short_or_rewritten_is_written_again_with_a_warning(tmp_path, monkeypatch, caplog):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    write(tmp_path / "train.en", "one\ntwo\nthree\n")
+    write(tmp_path / "train.de", "eins\nzwei\ndrei\n")
+    expected = list(load_text_files(tmp_path, "train", "en", "de")["translation"])
+    (arrow,) = (tmp_path / "cache").rglob("*.arrow")
+    intact = arrow.read_bytes()
+    other = tmp_path / "other"
+    other.mkdir()
+    write(other / "train.en", "uno\ndos\ntres\n")  # the same sizes: the same Arrow layout, other text
+    write(other / "train.de", "eins\nzwei\ndrei\n")
+    load_text_files(other, "train", "en", "de")
+    (other_arrow,) = [path for path in (tmp_path / "cache").rglob("*.arrow") if path != arrow]
+    assert len(other_arrow.read_bytes()) == len(intact)
+    for damage, words in ((intact[: len(intact) // 2], "bytes"), (other_arrow.read_bytes(), "changed since")):
+        arrow.write_bytes(damage)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert list(load_text_files(tmp_path, "train", "en", "de")["translation"]) == expected
+        assert "is damaged" in caplog.text and words in caplog.text and "written again" in caplog.text
+        assert arrow.read_bytes() == intact
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # intact: read as it is, without a word
+        load_text_files(tmp_path, "train", "en", "de")
+    assert caplog.text == ""
+
+
 def test_non_utf8_names_file_and_line(tmp_path):
     write(tmp_path / "train.en", "a\nb\n")
     write(tmp_path / "train.de", b"x\n" + "Gr\xfc\xdfe\n".encode("latin-1"))

@@ -337,3 +337,9 @@ def test_fp16_on_a_machine_without_a_gpu_is_refused_not_ignored(tmp_path, monkey
     error = capsys.readouterr().err
     assert exited.value.code == 2 and "--fp16: float16 mixed precision needs a CUDA or MPS device" in error
     assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")  # what `accelerate launch --mixed_precision fp16` sets
+    with pytest.raises(SystemExit) as exited:
+        main(["train", *QUICK_ARGS, "--output-dir", "run"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "accelerate launch --mixed_precision fp16: float16 mixed precision" in error
+    assert not (tmp_path / "run").exists()

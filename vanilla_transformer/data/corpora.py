@@ -3,6 +3,7 @@ transformers' translation examples and of `wmt14` on the Hub (the sources: `load
 
 import hashlib
 import json
+import logging
 import os
 import re
 from functools import lru_cache
@@ -19,13 +20,15 @@ from .anki import load_anki
 from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, holds_multi30k, multi30k_dir
 from .staging import atomic_file
-from .text import check_text_file, count_lines, file_sha256, iter_lines
+from .text import changed_since, check_text_file, count_lines, file_sha256, file_state, iter_lines
+
+logger = logging.getLogger(__name__)
 
 BUILTIN = "builtin"
 # names that corpora give their validation split: the one a corpus has is used whichever of them is asked for
 VALIDATION_NAMES = ("valid", "validation", "val", "dev")
 # bumped whenever `load_text_files`'s Arrow files change; lines read and written at a time
-TEXT_FORMAT, TEXT_BATCH_LINES = 1, 100_000
+TEXT_FORMAT, TEXT_BATCH_LINES = 2, 100_000
 # files `datasets` reads with a builder of its own: given alone, not an Anki/Tatoeba TSV file
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
 # The built-in corpus: one draw of distinct pairs, cut into fixed splits so that held-out pairs never occur in train.
@@ -37,21 +40,29 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
 
     The pairs are written once, `TEXT_BATCH_LINES` at a time, into an Arrow file in the `datasets` cache and
     memory-mapped, so millions of lines cost no more memory than a few. The file is named for the two files' content,
-    so an edited file is read again."""
+    so an edited file is read again; a `.json` beside it records its state when written (`text.file_state`), so that
+    an Arrow file cut short or rewritten since is written again, with a warning, instead of read."""
     paths = [Path(data_dir) / f"{split}.{lang}" for lang in (source_lang, target_lang)]
     for path in paths:
         check_text_file(path)
     key = [TEXT_FORMAT, source_lang, target_lang, *(corpus_sha256(str(path)) for path in paths)]
     digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
     arrow = Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer" / "text" / f"{digest}.arrow"
-    if not arrow.is_file():  # an Arrow file of these contents was line-aligned when written: count only here
-        counts = [count_lines(path) for path in paths]
-        if counts[0] != counts[1]:
-            raise DataError(
-                f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel "
-                f"corpus must be line-aligned."
-            )
-        _write_pairs_arrow(paths, (source_lang, target_lang), arrow)
+    state = arrow.with_suffix(".json")
+    if state.is_file() and changed_since(arrow, json.loads(state.read_text())) is None:
+        return Dataset.from_file(str(arrow), split=NamedSplit(split))
+    if arrow.is_file():
+        damage = changed_since(arrow, json.loads(state.read_text())) if state.is_file() else "its record is missing"
+        logger.warning("the corpus cache %s (of %s) is damaged (%s): it is written again", arrow, paths[0], damage)
+    counts = [count_lines(path) for path in paths]  # an Arrow file of these contents was line-aligned when written
+    if counts[0] != counts[1]:
+        raise DataError(
+            f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}; the two sides of a parallel "
+            f"corpus must be line-aligned."
+        )
+    _write_pairs_arrow(paths, (source_lang, target_lang), arrow)
+    with atomic_file(state) as staging:  # last: an Arrow file without its record is written again
+        staging.write_text(json.dumps(file_state(arrow)))
     return Dataset.from_file(str(arrow), split=NamedSplit(split))
 
 

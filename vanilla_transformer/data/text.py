@@ -67,6 +67,27 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def file_state(path: Path) -> list:
+    """What a cache records of one of its files when it writes it: size, mtime in ns and SHA-256."""
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns, file_sha256(path)]
+
+
+def changed_since(path: Path, state: list) -> str | None:
+    """How `path` differs from the `file_state` recorded for it, or None. The file is hashed only when its mtime
+    moved, so that an intact cache opens without reading it (a WMT-sized corpus is gigabytes): a change that restores
+    the size and the mtime goes unseen, a trade-off docs/reliability.md states."""
+    size, mtime_ns, sha256 = state
+    if not path.is_file():
+        return f"{path.name} is missing"
+    stat = path.stat()
+    if stat.st_size != size:
+        return f"{path.name} is {stat.st_size} bytes, {size} when built"
+    if stat.st_mtime_ns != mtime_ns and file_sha256(path) != sha256:
+        return f"{path.name} was changed since it was built"
+    return None
+
+
 def count_lines(path: str | Path) -> int:
     """The number of lines `read_lines` would return, counted in constant memory without decoding (~1 s a GB)."""
     lines, last = 0, b"\n"

@@ -19,7 +19,7 @@ from datasets import Dataset, Features, List, Value, load_from_disk
 from ..errors import DataError
 from .batching import SOURCE_LENGTH, TARGET_LENGTH
 from .staging import fresh_staging_folder, staging_path
-from .text import file_sha256
+from .text import changed_since, file_state
 
 logger = logging.getLogger(__name__)
 
@@ -231,28 +231,15 @@ def _staging_folder(folder: Path) -> Path:
 
 
 def _file_records(folder: Path) -> dict[str, list]:
-    """Each file under `folder` (relative path) with its size, mtime in ns and SHA-256."""
-    records = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        stat = path.stat()
-        records[str(path.relative_to(folder))] = [stat.st_size, stat.st_mtime_ns, file_sha256(path)]
-    return records
+    """Each file under `folder` (relative path) with its `text.file_state`."""
+    return {str(path.relative_to(folder)): file_state(path) for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def _damage(folder: Path) -> str | None:
-    """What is wrong with a cached folder's dataset against its `FILES_RECORD`, or None. A file is hashed only when its
-    mtime moved, so an intact folder opens without a read."""
+    """What is wrong with a cached folder's dataset against its `FILES_RECORD` (`text.changed_since`), or None."""
     records = json.loads((folder / FILES_RECORD).read_text())
-    for name, (size, mtime_ns, sha256) in records.items():
-        path = folder / "dataset" / name
-        if not path.is_file():
-            return f"{name} is missing"
-        stat = path.stat()
-        if stat.st_size != size:
-            return f"{name} is {stat.st_size} bytes, {size} when built"
-        if stat.st_mtime_ns != mtime_ns and file_sha256(path) != sha256:
-            return f"{name} was changed since it was built"
-    return None
+    damages = (changed_since(folder / "dataset" / name, state) for name, state in records.items())
+    return next(filter(None, damages), None)
 
 
 def _open_cached(folder: Path) -> tuple[Dataset, FilterReport] | None:

@@ -177,9 +177,11 @@ def problems(settings: TrainingSettings) -> list[str]:
     preset, found = settings.preset, []
     if settings.precision == "fp16" and not fp16_available():
         # transformers' Trainer and accelerate both train in float32 then, without a word
+        asked = "--fp16" if settings.mixed_precision else "accelerate launch --mixed_precision fp16"
         found.append(
-            "--fp16: float16 mixed precision needs a CUDA or MPS device, and this machine has neither (on a CPU the "
-            "run would train in float32 without saying so); use --bf16 on a CPU, or leave the flag out."
+            f"{asked}: float16 mixed precision needs a CUDA or MPS device, and this machine has neither (on a CPU the "
+            f"run would train in float32 without saying so); use --bf16 (or --mixed_precision bf16) on a CPU, or "
+            f"leave it out."
         )
     values = {name: getattr(preset, name) for name in PRESET_FLAGS if name in TRAINING_RANGES}
     values |= {name: getattr(settings, name) for name in TRAINING_RANGES if name not in values}
