@@ -93,16 +93,17 @@ def _check_tokenizer(folder: Path, config: dict) -> list[str]:
     return []
 
 
-def _check_card(folder: Path) -> list[str]:
+def _check_card(folder: Path, card: str | None = None) -> list[str]:
+    """The card's metadata: `card`, the text a push would add, else the folder's README.md."""
     path = folder / "README.md"
-    if not path.is_file():
+    if card is None and not path.is_file():
         return [
             "README.md (the model card) is missing and no training record (results.json, or the run's "
             "trainer_state.json and preset.json) was found to render one from the card template: write one or "
             "release the run with `vanilla-transformer release`."
         ]
     try:
-        data = ModelCard.load(path).data
+        data = (ModelCard(card) if card is not None else ModelCard.load(path)).data
     except Exception as error:  # noqa: BLE001
         return [f"README.md's YAML metadata does not parse: {error}"]
     problems = []
@@ -167,8 +168,9 @@ def validate_folder(folder: str | Path) -> list[str]:
     return pickle_problems(folder) + check_contents(folder)
 
 
-def check_contents(folder: Path) -> list[str]:
-    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search)."""
+def check_contents(folder: Path, card: str | None = None) -> list[str]:
+    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search), with
+    `card` as its README.md when given."""
     try:
         config = check_config_file(folder / "config.json")
     except ModelFolderError as error:
@@ -184,4 +186,4 @@ def check_contents(folder: Path) -> list[str]:
             GenerationConfig.from_pretrained(folder)
         except Exception as error:  # noqa: BLE001
             problems.append(f"generation_config.json does not load: {error}")
-    return problems + _check_card(folder)
+    return problems + _check_card(folder, card)

@@ -1,15 +1,14 @@
-"""Push a model folder to the Hugging Face Hub: plan what a push sends (`plan_push`), then send exactly that with
-`huggingface_hub` (`push_folder`: to a new or existing repo, a branch, or as a pull request), explaining what the Hub
-refuses. The folder's checks live in `folder_checks`; a folder without a card gets one rendered from its run's
-records (`card_for_folder`).
+"""Push a model folder to the Hugging Face Hub: check it and list what a push sends (`plan_push`), then send exactly
+that with `HfApi.upload_folder(allow_patterns=...)` (`push_folder`: to a new or existing repo, a branch, or as a pull
+request), explaining what the Hub refuses. The folder's checks live in `folder_checks`; a folder without a card gets
+one rendered from its run's records (`card_for_folder`).
 """
 
 import dataclasses
+import glob
 import json
 import math
 import os
-import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -61,8 +60,6 @@ class PushPlan:
     left_out: tuple[str, ...] = ()
     modified_code: tuple[str, ...] = ()
     card: str | None = None
-    # name -> the file whose bytes are sent (a link inside the folder resolved)
-    sources: dict[str, Path] = dataclasses.field(default_factory=dict, repr=False)
 
     def notes(self) -> list[str]:
         """One line each for what a user should know before it is sent: what stays behind, modified code, the card."""
@@ -115,19 +112,6 @@ def _modified_code(sources: dict[str, Path]) -> list[str]:
     return modified
 
 
-def _stage(plan: PushPlan, staging: Path) -> Path:
-    """Lay out exactly the files of `plan` in the empty folder `staging` (links to them where the system allows,
-    copies otherwise), so that what is checked, and what is uploaded, is only what the plan lists."""
-    for name, source in plan.sources.items():
-        try:
-            os.symlink(source, staging / name)
-        except OSError:  # Windows without the symlink privilege
-            shutil.copy2(source, staging / name)
-    if plan.card is not None:
-        (staging / "README.md").write_bytes(plan.card.encode("utf-8"))
-    return staging
-
-
 def check_repo_id(repo_id: str) -> None:
     """Refuse a repo id other than `namespace/name` in the characters the Hub allows: huggingface_hub's
     `validate_repo_id`, which alone also takes a bare `name` (a repo of the token's user; a push names its owner)."""
@@ -149,9 +133,8 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     is left out, not refused, so that a training folder pushes as it is (a pickle anywhere under it is refused). A
     link out of the folder is never followed: refused under the name of a file that would be sent (copying the file
     in is the user's decision), else left out. Code that differs from the package's is refused unless
-    `allow_modified_code`. The folder's checks run on exactly the files that would be sent, so a model that loads
-    only thanks to a file left out is refused. A card rendered for a folder without README.md is held in
-    `PushPlan.card`; nothing is written to the folder here.
+    `allow_modified_code`. The folder's checks run on the folder as it stands, with the card it would get. A card
+    rendered for a folder without README.md is held in `PushPlan.card`; nothing is written to the folder here.
     """
     folder = Path(folder)
     if repo_id is not None:
@@ -211,21 +194,10 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     files = {name: path.stat().st_size for name, path in sources.items()}
     if card is not None:
         files["README.md"] = len(card.encode("utf-8"))
-    plan = PushPlan(
-        folder=root,
-        files=dict(sorted(files.items())),
-        left_out=tuple(left_out),
-        modified_code=tuple(modified),
-        card=card,
-        sources=sources,
-    )
-    with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
-        staging = _stage(plan, Path(scratch))
-        # the checks name the staging folder where an error message quotes a path: show the user's folder instead
-        problems += [problem.replace(str(staging), str(folder)) for problem in check_contents(staging)]
+    problems += check_contents(folder, card)
     if problems:
         raise FolderNotReadyError(folder, problems)
-    return plan
+    return PushPlan(root, dict(sorted(files.items())), tuple(left_out), tuple(modified), card)
 
 
 def _explain(error: HfHubHTTPError, repo_id: str, endpoint: str, revision: str | None, create_pr: bool) -> str:
@@ -301,15 +273,15 @@ def push_folder(
             api.create_repo(repo_id, private=private, exist_ok=True)
             if revision not in (None, "main"):
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="vanilla-transformer-push-") as scratch:
-            return api.upload_folder(
-                repo_id=repo_id,
-                folder_path=_stage(plan, Path(scratch)),
-                revision=revision,
-                create_pr=create_pr,
-                commit_message=commit_message or f"Upload {plan.folder.name}",
-                commit_description=description,
-            )
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            allow_patterns=[glob.escape(name) for name in plan.files],  # top-level names: nothing else is offered
+            revision=revision,
+            create_pr=create_pr,
+            commit_message=commit_message or f"Upload {plan.folder.name}",
+            commit_description=description,
+        )
     except HfHubHTTPError as error:
         raise HubPushError(_explain(error, repo_id, api.endpoint, revision, create_pr)) from error
 
