@@ -140,6 +140,31 @@ def card_metadata(
     )
 
 
+# the paper's base recipe (§3, §5.1-5.4, §6.1) where a run may differ: field -> (the paper's value, as the card says it)
+PAPER_RECIPE = {
+    "dropout": (0.1, "0.1"),
+    "warmup_steps": (4000, "4,000"),
+    "lr_factor": (1.0, "1"),
+    "tokens_per_update": (50_000, "~25,000 a side"),
+    "d_model": (512, "512"),
+    "encoder_layers": (6, "6"),
+    "encoder_ffn_dim": (2048, "2,048"),
+    "encoder_attention_heads": (8, "8"),
+}
+
+
+def recipe_changes(training: dict) -> list[str]:
+    """How a run's recipe (`training["hyperparameters"]`, its averaged checkpoints) differs from the paper's base
+    (`PAPER_RECIPE`, and the last 5 checkpoints averaged), one `field value (paper: value)` phrase each."""
+    values, averaged = training["hyperparameters"], len(training.get("averaged_checkpoints", []))
+    changes = [
+        f"{field} {values[field]:,} (paper: {said})"
+        for field, (paper, said) in PAPER_RECIPE.items()
+        if field in values and values[field] != paper
+    ]
+    return changes + ([f"average_last {averaged} (paper: 5)"] if averaged not in (0, 5) else [])
+
+
 def render_model_card(
     name: str,
     results: dict[str, dict],
@@ -194,6 +219,7 @@ def render_model_card(
         signature=signatures[0] if signatures else None,
         training_summary=training["summary"],
         hyperparameters=training["hyperparameters"],
+        recipe_changes=recipe_changes(training),
         decoding=training["hyperparameters"].get("decoding", decoding_summary()),
         reproduce=reproduce,
         bleu_tokenizer=bleu_tokenizer,
