@@ -413,22 +413,25 @@ def test_the_readme_snippet_loads_the_release_by_repo_id_without_a_prompt_or_war
     push_folder(RELEASE, repo_id)
     readme = (REPO / "README.md").read_text()
     snippet = readme.split("<!-- hub-snippet -->")[1].split("```python")[1].split("```")[0]
-    snippet = snippet.replace("your-name/vanilla-transformer-multi30k-en-de", repo_id)
-    # a new machine: no vanilla_transformer, an empty cache, and nobody at the keyboard to answer a prompt
-    completed = subprocess.run(
-        [sys.executable, "-c", _BLOCK_PACKAGE + snippet],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH="", HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_PROGRESS_BARS="1"),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert completed.stderr.strip() == "", completed.stderr[-3000:]  # no "[y/N]" prompt, no warning
-    (translation,) = ast.literal_eval(completed.stdout.strip().splitlines()[-1])
-    assert translation.startswith("Ein Hund")
+    by_id = snippet.replace('"model_cards/vanilla-transformer-multi30k-en-de"', repr(repo_id))
+    assert by_id != snippet
+    # a new machine: no vanilla_transformer, an empty cache, and nobody at the keyboard to answer a prompt; the
+    # snippet as written, from the checkout's folder, then with the Hub id
+    for code, folder in ((snippet, REPO), (by_id, tmp_path)):
+        completed = subprocess.run(
+            [sys.executable, "-c", _BLOCK_PACKAGE + code],
+            cwd=folder,
+            env=dict(os.environ, PYTHONPATH="", HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_PROGRESS_BARS="1"),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        assert completed.stderr.strip() == "", completed.stderr[-3000:]  # no "[y/N]" prompt, no warning
+        (translation,) = ast.literal_eval(completed.stdout.strip().splitlines()[-1])
+        assert translation.startswith("Ein Hund")
 
 
 @pytest.mark.slow

@@ -77,8 +77,8 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     ),
     # Transformer-tiny of the Multi30k literature (d=128, 4+4 layers, 4 heads, d_ff 256; Wu et al. 2021) with its
     # recipe: dropout 0.3, about 8k source + 8k target tokens per update, peak rate 5e-3 after 2000 warmup updates
-    # (lr_factor 2.53 on the §5.3 schedule), 8000 updates; shared 8k BPE; average the last 10 checkpoints. README.md,
-    # section Results, has the sweep on valid that led here.
+    # (lr_factor 2.53 on the §5.3 schedule), 8000 updates; shared 8k BPE; average the last 10 checkpoints.
+    # docs/training-log.md has the sweep on valid that led here.
     "multi30k": TrainingPreset(
         model_preset="multi30k",
         corpus=MULTI30K,
