@@ -245,7 +245,7 @@ def half_then_full_disk(write_lines):
 
 
 def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_path, monkeypatch, capsys):
-    import vanilla_transformer.data.text as text
+    from vanilla_transformer.files.outputs import ChunkedFile
 
     (tmp_path / "input.en").write_text("".join(f"{line}\n" for line in SOURCES * 2))
     output = tmp_path / "out" / "hyp.de"
@@ -253,17 +253,26 @@ def test_translate_that_fails_mid_write_keeps_the_old_output(model_folder, tmp_p
     output.write_text("yesterday's translations\n")
     output.chmod(0o640)
     argv = ["translate", "--model", str(model_folder), "--input", str(tmp_path / "input.en"), "--output", str(output)]
-    argv += ["--device", "cpu", "--num-beams", "1"]
+    argv += ["--device", "cpu", "--num-beams", "1", "--chunk-lines", str(len(SOURCES))]
+    write = ChunkedFile.write
+
+    def second_chunk_fills_the_disk(self, lines, inputs):
+        if self.done:  # the first chunk is written; half of the second, then the disk is full
+            self.handle.write("".join(line + "\n" for line in lines[: len(lines) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.handle.name))
+        write(self, lines, inputs)
+
     with monkeypatch.context() as patched:
-        patched.setattr(text, "write_lines", half_then_full_disk(text.write_lines))
+        patched.setattr(ChunkedFile, "write", second_chunk_fills_the_disk)
         with pytest.raises(SystemExit) as exited:  # one line, status 2: a full disk is the user's to fix
             main(argv)
     assert exited.value.code == 2
     assert "error: No space left on device" in capsys.readouterr().err
     assert output.read_text() == "yesterday's translations\n"
     assert all_leftovers(tmp_path) == []
+    assert len(output.with_name("hyp.de.partial").read_text().splitlines()) > len(SOURCES)  # a half chunk too
 
-    main(argv)  # complete: replaces the old file, keeping its permissions
+    main(argv)  # complete, after the first chunk: the half chunk is cut, the old file replaced, its permissions kept
     assert len(output.read_text().splitlines()) == len(SOURCES) * 2
     assert oct(output.stat().st_mode & 0o777) == oct(0o640)
     assert all_leftovers(tmp_path) == []

@@ -1,15 +1,24 @@
 """Translate a file or stdin, line by line, with the paper's decoding (§6.1).
 
-One sentence per line; the decoding is the model's generation config (the paper's) unless told otherwise.
+The input is raw text, one sentence per line (the model's tokenizer does the rest); the decoding is the model's
+generation config (the paper's) unless told otherwise.
 
     vanilla-transformer translate --model DIR_OR_HUB_ID [--input FILE] [--output FILE] [--batch-size 64]
-        [--num-beams N] [--device cpu|cuda] [--dtype bfloat16] [--engine pytorch|ctranslate2]
+        [--num-beams N] [--length-penalty ALPHA] [--num-return-sequences N] [--chunk-lines 10000]
+        [--device cpu|cuda] [--dtype bfloat16] [--engine pytorch|ctranslate2]
 
 `--engine ctranslate2` decodes with a CTranslate2 export of the model (`vanilla-transformer export-ctranslate2`):
 the same tokenizer, beam size, maximum length and GNMT length penalty (applied to its n-best list).
 
 Line N of the output translates line N of the input: empty lines stay empty, lines end at "\\n" only (CRLF input is
-read as LF), and a line break inside a translation becomes a space.
+read as LF), and a line break inside a translation becomes a space. With `--num-return-sequences N` (N > 1) each
+input line gives N output lines in Moses' n-best format, `LINE ||| TRANSLATION ||| SCORE` (LINE 0-based, SCORE the
+beam's log-probability over the GNMT length penalty, best first); an empty input line gives one, `LINE |||  ||| 0.0000`.
+
+The input is read and translated `--chunk-lines` lines at a time, so memory stays bounded on any size of file, and
+each chunk is written as it finishes, in order, with a progress bar on stderr. `--output FILE` is written as
+FILE.partial and renamed to FILE at the end (an existing FILE stays whole until then); a run killed midway leaves
+FILE.partial with its finished chunks, and the same command started again continues after them.
 """
 
 import argparse
@@ -18,11 +27,13 @@ import os
 import stat
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 from .arguments import (
     add_engine_arguments,
     device,
+    finite_float,
     input_file,
     model_source,
     num_beams,
@@ -52,6 +63,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-beams", type=num_beams, default=None, help="beam size; default: the model's generation config (paper: 4)"
     )
     parser.add_argument(
+        "--length-penalty",
+        type=finite_float,
+        default=None,
+        help="the GNMT length penalty's α; default: the model's (the paper's 0.6, or the α its release chose on valid)",
+    )
+    parser.add_argument(
+        "--num-return-sequences",
+        type=positive_int,
+        default=1,
+        help="n-best: this many translations per line, with scores, in Moses' n-best format (needs that many beams)",
+    )
+    parser.add_argument(
+        "--chunk-lines",
+        type=positive_int,
+        default=10_000,
+        help="lines read, translated and written at a time (default 10000): bounds memory on large inputs",
+    )
+    parser.add_argument(
         "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
     )
     add_engine_arguments(parser)
@@ -69,28 +98,69 @@ def _stdin_file() -> str | None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Translate the lines and write them; timing and warnings go to stderr, so stdout holds translations only."""
-    from ..data.text import read_lines, read_stream_lines, write_lines
-    from ..files.outputs import check_output_file, staged_file
+    """Translate the lines chunk by chunk and write each chunk as it finishes; timing, progress and warnings go to
+    stderr, so stdout holds translations only."""
+    from tqdm.auto import tqdm
+
+    from ..data.text import count_lines, iter_lines
+    from ..errors import UsageError
+    from ..files.outputs import PARTIAL_SUFFIX, check_output_file, chunked_output, real_path
     from ..inference.translation import load_translator
 
+    nbest = args.num_return_sequences
+    if nbest > 1 and args.engine == "ctranslate2":
+        raise UsageError("--num-return-sequences gives n-best lists from the pytorch engine only: drop --engine.")
+    if args.num_beams is not None and nbest > args.num_beams:
+        raise UsageError(f"--num-return-sequences {nbest} needs at least as many beams: give --num-beams {nbest}.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    source_path = args.input if args.input != "-" else _stdin_file()
     if args.output != "-":  # before the model loads: the output is no input (stdin redirected from it, too)
-        source = ("--input", args.input) if args.input != "-" else ("stdin", _stdin_file())
+        source = ("--input", args.input) if args.input != "-" else ("stdin", source_path)
         model_folder = args.model if Path(args.model).expanduser().is_dir() else None  # else a Hub id
-        check_output_file(args.output, [source, ("--model", model_folder)])
+        partial = real_path(args.output).with_name(real_path(args.output).name + PARTIAL_SUFFIX)
+        for output in (args.output, partial):
+            check_output_file(output, [source, ("--model", model_folder)])
+    identity = None
+    if source_path is not None:  # what a continued run must translate the same way
+        status = os.stat(source_path)
+        decoding = {name: getattr(args, name) for name in ("num_beams", "length_penalty", "engine", "dtype")}
+        identity = {"input": os.path.realpath(source_path), "size": status.st_size, "mtime_ns": status.st_mtime_ns}
+        identity |= {"model": args.model, "num_return_sequences": nbest, **decoding}
     translator = load_translator(args.model, args.engine, args.device, args.dtype)
+    decoding = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
 
-    lines = read_stream_lines(sys.stdin.buffer, "<stdin>") if args.input == "-" else read_lines(args.input)
-    start = time.perf_counter()
-    translations = translator.translate(lines, batch_size=args.batch_size, num_beams=args.num_beams)
+    handle = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115 (closed below)
+    start, translated, broken = time.perf_counter(), 0, 0
+    try:
+        lines = iter_lines(handle, "<stdin>" if args.input == "-" else args.input)
+        with chunked_output(args.output, identity) as output:
+            skipped = sum(1 for _ in islice(lines, output.done))
+            total = count_lines(args.input) if args.input != "-" else None
+            with tqdm(total=total, initial=skipped, unit=" lines", file=sys.stderr, dynamic_ncols=True) as progress:
+                while chunk := list(islice(lines, args.chunk_lines)):
+                    if nbest > 1:
+                        hypotheses = translator.nbest(chunk, nbest, batch_size=args.batch_size, **decoding)
+                        first = output.done
+                        texts = [
+                            f"{first + row} ||| {_one_line(text)} ||| {0.0 if score is None else score:.4f}"
+                            for row, candidates in enumerate(hypotheses)
+                            for text, score in candidates
+                        ]
+                    else:
+                        texts = translator.translate(chunk, batch_size=args.batch_size, **decoding)
+                    broken += sum(1 for text in texts if "\n" in text or "\r" in text)
+                    output.write([_one_line(text) for text in texts], len(chunk))
+                    translated += len(chunk)
+                    progress.update(len(chunk))
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
     seconds = time.perf_counter() - start
-    logger.info("translated %d lines in %.1fs on %s (%s)", len(lines), seconds, translator.device, args.engine)
-
-    if args.output == "-":
-        broken = write_lines(None, translations)
-    else:  # the old file stays until every translation is written (a full disk leaves it whole)
-        with staged_file(args.output) as staging:
-            broken = write_lines(staging, translations)
+    logger.info("translated %d lines in %.1fs on %s (%s)", translated, seconds, translator.device, args.engine)
     if broken:
         logger.warning("%d translation(s) contained line breaks, written as spaces to keep lines aligned", broken)
+
+
+def _one_line(text: str) -> str:
+    """A translation on one line: a line break inside it would misalign the output with the input."""
+    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")

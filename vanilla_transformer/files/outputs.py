@@ -17,6 +17,8 @@ import errno
 import json
 import logging
 import os
+import shutil
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -259,3 +261,67 @@ def folder_in_use(folder: PathLike) -> bool:
             return False
     except OutputError:
         return True
+
+
+PARTIAL_SUFFIX = ".partial"
+
+
+class ChunkedFile:
+    """Lines appended to a file chunk by chunk (`chunked_output`); `done` is how many input lines the chunks written
+    so far (this run's and a continued run's) answer."""
+
+    def __init__(self, handle, record: Path | None, identity: dict, done: int) -> None:
+        self.handle, self.record, self.identity, self.done = handle, record, identity, done
+
+    def write(self, lines: list[str], inputs: int) -> None:
+        """Append `lines`, which answer the next `inputs` input lines, and make them durable before saying so."""
+        self.handle.write("".join(line + "\n" for line in lines))
+        self.handle.flush()
+        self.done += inputs
+        if self.record is not None:
+            os.fsync(self.handle.fileno())
+            state = {"identity": self.identity, "inputs": self.done, "bytes": self.handle.tell()}
+            with atomic_file(self.record) as staging:
+                staging.write_text(json.dumps(state))
+
+
+@contextmanager
+def chunked_output(destination: str, identity: dict | None) -> Iterator[ChunkedFile]:
+    """A file written chunk by chunk, for outputs too large to hold: '-' is stdout; a path is written as
+    `<path>.partial`, each chunk flushed and synced with a record beside it (`.partial.json`: how many input lines
+    and bytes are done), and renamed to the path when the block completes, so that an existing file stays whole until
+    then. A killed run leaves `<path>.partial` with every finished chunk; the same command with the same `identity`
+    (the input, the model, the decoding) continues after them. A `.partial` file of other work, or of input that
+    cannot be identified (a pipe: `identity` None), is refused, not replaced."""
+    if destination == "-":
+        yield ChunkedFile(sys.stdout, None, {}, 0)
+        return
+    path = real_path(destination)
+    if path.exists() and not path.is_file():  # a device or a pipe (/dev/stdout): written directly
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            yield ChunkedFile(handle, None, {}, 0)
+        return
+    partial = path.with_name(path.name + PARTIAL_SUFFIX)
+    record = partial.with_name(partial.name + ".json")
+    done, size = 0, 0
+    if os.path.lexists(partial):
+        try:
+            state = json.loads(record.read_text())
+        except (OSError, ValueError):
+            state = None
+        if state is None or identity is None or state.get("identity") != identity:
+            raise OutputError(
+                f"{partial} holds part of an earlier run's output for other input, model or decoding (its record "
+                f"{record.name} says which): finish that run with its own command, or move or delete {partial}."
+            )
+        done, size = state["inputs"], state["bytes"]
+        logger.info("continuing %s after the %d input lines its earlier run finished", partial, done)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(partial, "r+" if done else "w", encoding="utf-8", newline="\n") as handle:
+        handle.seek(size)
+        handle.truncate()  # a chunk the kill cut short
+        yield ChunkedFile(handle, record, identity or {}, done)
+    if path.is_file():  # the file replaced keeps its permissions, as `staged_file` keeps them
+        shutil.copymode(path, partial)
+    os.replace(partial, path)
+    record.unlink(missing_ok=True)

@@ -18,6 +18,14 @@ from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, 
 from ..errors import ExportError, VanillaTransformerError
 
 
+class Hypothesis(NamedTuple):
+    """One translation of a sentence and its score: beam search's `sequences_scores` (summed log-probability over
+    the length penalty lp(|Y|), §6.1), or None from greedy search; an empty source line is not decoded: ("", 0.0)."""
+
+    text: str
+    score: float | None
+
+
 def translate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -25,11 +33,30 @@ def translate(
     batch_size: int = 64,
     **generate_kwargs,
 ) -> list[str]:
-    """Translate `sentences` with `model.generate(**generate_kwargs)`, one output string per input, in input order.
+    """Translate `sentences` with `model.generate(**generate_kwargs)`, one output string per input, in input order
+    (the best of `translate_nbest`)."""
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise VanillaTransformerError(
+            f"num_return_sequences={generate_kwargs['num_return_sequences']} is not supported: translate returns one "
+            f"string per sentence; use translate_nbest for n-best lists."
+        )
+    return [best[0].text for best in translate_nbest(model, tokenizer, sentences, 1, batch_size, **generate_kwargs)]
+
+
+def translate_nbest(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    num_return_sequences: int = 1,
+    batch_size: int = 64,
+    **generate_kwargs,
+) -> list[list[Hypothesis]]:
+    """The best `num_return_sequences` hypotheses of each of `sentences`, best first, by `model.generate`.
 
     Sentences are sorted by length, longest first (a batch too large for memory fails at once), and padded on the
     right, as the encoder's positions start at the first token. An empty line translates to "" without reaching the
     model (which would make up text); text that spells a special token is tokenized as text. Nothing is truncated.
+    More than one hypothesis needs beam search with at least as many beams.
 
     Non-finite scores (weights holding NaN or Inf, a float16 overflow) raise instead of returning garbage: beam
     search's `sequences_scores` are checked, otherwise every step's logits for NaN or +Inf (-Inf is what logits
@@ -39,18 +66,13 @@ def translate(
         raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
     if batch_size < 1:
         raise VanillaTransformerError(f"batch_size={batch_size} must be >= 1.")
-    if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise VanillaTransformerError(
-            f"num_return_sequences={generate_kwargs['num_return_sequences']} is not supported: translate returns one "
-            f"string per sentence; call model.generate directly for n-best lists."
-        )
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
     if pad_token_id is None:
         raise VanillaTransformerError(
             "Neither the tokenizer nor the model config defines a pad token id; set tokenizer.pad_token."
         )
 
-    translations = [""] * len(sentences)
+    translations = [[Hypothesis("", 0.0)] for _ in sentences]
     todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
     if not todo:
         return translations
@@ -66,8 +88,15 @@ def translate(
             f"num_beams={num_beams} (--num-beams) is more beams than the model's {vocab_size} tokens: give "
             f"--num-beams {min(4, vocab_size)} (the paper's) or at most {vocab_size}."
         )
+    if num_return_sequences > num_beams:
+        raise VanillaTransformerError(
+            f"num_return_sequences={num_return_sequences} (--num-return-sequences) needs a beam of at least as many: "
+            f"the decoding has {num_beams}; give --num-beams {num_return_sequences} or more."
+        )
     beam_search = num_beams > 1
     generate_kwargs = dict(generate_kwargs)
+    if num_return_sequences > 1:
+        generate_kwargs["num_return_sequences"] = num_return_sequences
     # beam search: the scores come with the sequences at no cost; otherwise a check joins the caller's processors
     if beam_search:
         generate_kwargs["return_dict_in_generate"] = True
@@ -92,16 +121,15 @@ def translate(
                     **generate_kwargs,
                 )
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences
-                if check is not None:
-                    non_finite = check.found()
-                else:
-                    scores = getattr(output, "sequences_scores", None)
-                    non_finite = scores is not None and not bool(torch.isfinite(scores).all())
+                scores = getattr(output, "sequences_scores", None)
+                non_finite = check.found() if check is not None else not bool(torch.isfinite(scores).all())
                 if non_finite:
                     _raise_non_finite(model, [sentences[index] for index in batch])
                 texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
-                for index, text in zip(batch, texts, strict=True):
-                    translations[index] = text
+                values = scores.tolist() if scores is not None else [None] * len(texts)
+                for position, index in enumerate(batch):
+                    span = slice(position * num_return_sequences, (position + 1) * num_return_sequences)
+                    translations[index] = [Hypothesis(*pair) for pair in zip(texts[span], values[span], strict=True)]
     finally:
         model.train(was_training)
     return translations
@@ -158,12 +186,14 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 class Translator(NamedTuple):
     """A loaded model behind one call: `translate(sentences, batch_size=..., num_beams=..., length_penalty=...)`
-    returns one string per sentence; `length_penalty` is the model's own α (§6.1)."""
+    returns one string per sentence; `nbest(sentences, num_return_sequences, ...)` each sentence's `Hypothesis`
+    list (None: the engine gives none); `length_penalty` is the model's own α (§6.1)."""
 
     translate: Callable[..., list[str]]
     tokenizer: PreTrainedTokenizerBase
     length_penalty: float
     device: str
+    nbest: Callable[..., list[list[Hypothesis]]] | None = None
 
 
 def load_translator(
@@ -203,4 +233,8 @@ def load_translator(
         decoding = {name: value for name, value in decoding.items() if value is not None}
         return translate(model, tokenizer, sentences, batch_size=batch_size, **decoding)
 
-    return Translator(run_pytorch, tokenizer, model.generation_config.length_penalty, device)
+    def nbest_pytorch(sentences: list[str], num_return_sequences: int, batch_size: int = 64, **decoding):
+        decoding = {name: value for name, value in decoding.items() if value is not None}
+        return translate_nbest(model, tokenizer, sentences, num_return_sequences, batch_size, **decoding)
+
+    return Translator(run_pytorch, tokenizer, model.generation_config.length_penalty, device, nbest_pytorch)
