@@ -123,9 +123,9 @@ def run(args: argparse.Namespace) -> None:
     identity = None
     if source_path is not None:  # what a continued run must translate the same way
         status = os.stat(source_path)
-        decoding = {name: getattr(args, name) for name in ("num_beams", "length_penalty", "engine", "dtype")}
+        options = ("model", "engine", "dtype", "num_beams", "length_penalty", "num_return_sequences")
         identity = {"input": os.path.realpath(source_path), "size": status.st_size, "mtime_ns": status.st_mtime_ns}
-        identity |= {"model": args.model, "num_return_sequences": nbest, **decoding}
+        identity |= {name: getattr(args, name) for name in options}
     translator = load_translator(args.model, args.engine, args.device, args.dtype)
     decoding = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
 
@@ -138,18 +138,14 @@ def run(args: argparse.Namespace) -> None:
             total = count_lines(args.input) if args.input != "-" else None
             with tqdm(total=total, initial=skipped, unit=" lines", file=sys.stderr, dynamic_ncols=True) as progress:
                 while chunk := list(islice(lines, args.chunk_lines)):
-                    if nbest > 1:
-                        hypotheses = translator.nbest(chunk, nbest, batch_size=args.batch_size, **decoding)
-                        first = output.done
-                        texts = [
-                            f"{first + row} ||| {_one_line(text)} ||| {0.0 if score is None else score:.4f}"
-                            for row, candidates in enumerate(hypotheses)
-                            for text, score in candidates
-                        ]
+                    decode = {"batch_size": args.batch_size, **decoding}
+                    if nbest > 1:  # (line, text, score) rows; an empty line's one hypothesis, not decoded, scores 0
+                        ranked = enumerate(translator.nbest(chunk, nbest, **decode))
+                        rows = [(output.done + line, *best) for line, hypotheses in ranked for best in hypotheses]
                     else:
-                        texts = translator.translate(chunk, batch_size=args.batch_size, **decoding)
-                    broken += sum(1 for text in texts if "\n" in text or "\r" in text)
-                    output.write([_one_line(text) for text in texts], len(chunk))
+                        rows = [(None, text, None) for text in translator.translate(chunk, **decode)]
+                    broken += sum(1 for _, text, _ in rows if "\n" in text or "\r" in text)
+                    output.write([_output_line(*row) for row in rows], len(chunk))
                     translated += len(chunk)
                     progress.update(len(chunk))
     finally:
@@ -161,6 +157,8 @@ def run(args: argparse.Namespace) -> None:
         logger.warning("%d translation(s) contained line breaks, written as spaces to keep lines aligned", broken)
 
 
-def _one_line(text: str) -> str:
-    """A translation on one line: a line break inside it would misalign the output with the input."""
-    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+def _output_line(line: int | None, text: str, score: float | None) -> str:
+    """A translation on one output line (a line break inside it would misalign the output with the input); with its
+    input `line`, in Moses' n-best format."""
+    text = text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return text if line is None else f"{line} ||| {text} ||| {score or 0.0:.4f}"

@@ -139,10 +139,10 @@ class PreparedRun:
 
 
 def prepare_run(state: PartialState, settings: TrainingSettings, folder: RunFolder) -> PreparedRun:
-    """The run's setup, on every process under the run's lock, in the order the data flows: the record checked, the
-    tokenized data and what it refuses, the checkpoint a resume loads and its pickles, the record written, the
-    model, and the batches (token budgets or pairs) with the accumulation that reaches `preset.tokens_per_update`
-    over all processes."""
+    """The run's setup, on every process under the run's lock, in the order the data flows: a new run's record
+    written, the tokenized data and what it refuses, the pickles of the checkpoint a resume loads, a resume's record
+    rewritten, the model, and the batches (token budgets or pairs) with the accumulation that reaches
+    `preset.tokens_per_update` over all processes."""
     preset = settings.preset
     # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
     # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
