@@ -10,7 +10,13 @@ from accelerate import PartialState
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 
-from ..data.batching import Seq2SeqCollator, TokenBudgetBatchSampler, accumulation_steps, dataset_lengths
+from ..data.batching import (
+    Seq2SeqCollator,
+    TokenBudgetBatchSampler,
+    accumulation_steps,
+    dataset_lengths,
+    longest_pair_problem,
+)
 from ..data.corpora import load_corpus
 from ..data.tokenization import (
     load_tokenizer,
@@ -30,7 +36,7 @@ from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_droppe
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
 from .run_folder import RunFolder
-from .settings import TrainingSettings, check_tokenized
+from .settings import TrainingSettings, flag, raise_problems
 from .trainer import VanillaTransformerTrainer
 
 
@@ -111,6 +117,32 @@ def prepare_run_data(state: PartialState, settings: TrainingSettings, folder: Ru
         if state.is_main_process:
             state.wait_for_everyone()
     return RunData(tokenizer, train_set, valid_set, train_report, valid_report)
+
+
+def check_tokenized(
+    settings: TrainingSettings, train_set: Dataset, train_report: FilterReport, valid_report: FilterReport
+) -> None:
+    """Raise a `SettingsError` when the tokenized data leaves nothing to train or validate on, or holds a pair that
+    fits no token batch."""
+    preset, found = settings.preset, []
+    for name, report in (("training", train_report), ("validation", valid_report)):
+        if report.kept:
+            continue
+        total = len(report.empty) + len(report.too_long)
+        split = "train" if name == "training" else preset.valid_split
+        if report.too_long:
+            empty = f" and {len(report.empty)} an empty side" if report.empty else ""
+            found.append(
+                f"{flag('max_length', preset.max_length)} leaves no {name} pair: {len(report.too_long)} of the "
+                f"{total} pairs of split {split!r} have more tokens on a side{empty}; raise --max-length."
+            )
+        else:
+            found.append(f"--corpus {preset.corpus} has no {name} pair with text on both sides in split {split!r}.")
+    if not settings.per_device_batch_size and train_report.kept:
+        source_lengths, target_lengths = dataset_lengths(train_set)
+        problem = longest_pair_problem(int((source_lengths + target_lengths).max()), preset.max_tokens)
+        found += [problem] if problem else []
+    raise_problems(found)
 
 
 def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:

@@ -4,7 +4,7 @@ from a preset and the options (flags or Python API), checked once as it is built
 
 What the settings alone decide is checked when they are built, before any process group exists or the corpus is read,
 so that a doomed setting costs no training and no process waits for another; what depends on the run folder is
-checked by `run_folder.RunFolder.check`, what depends on the data right after tokenizing (`check_tokenized`). Each
+checked by `run_folder.RunFolder.check`, what depends on the data right after tokenizing (`run.check_tokenized`). Each
 error lists every problem in the command line's words (`--average-last 3`), with a fix. Only what cannot work is
 refused: `--save-steps` past `--max-steps` still saves once at the end, and `--warmup-steps` past it ends the run on
 the rising part of the §5.3 schedule.
@@ -18,13 +18,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 
-from datasets import Dataset
-
-from ..data.batching import dataset_lengths, longest_pair_problem
 from ..data.corpora import corpus_languages, local_corpus
 from ..data.corpora import corpus_sha256 as content_digest
 from ..data.tokenization import MIN_VOCAB_SIZE
-from ..data.tokenized import FilterReport
 from ..errors import SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from .fsdp import fsdp_problems
@@ -225,32 +221,6 @@ def _model_problems(preset: TrainingPreset) -> list[str]:
             f"max_position_embeddings."
         ]
     return fsdp_problems(config)
-
-
-def check_tokenized(
-    settings: TrainingSettings, train_set: Dataset, train_report: FilterReport, valid_report: FilterReport
-) -> None:
-    """Raise a `SettingsError` when the tokenized data leaves nothing to train or validate on, or holds a pair that
-    fits no token batch."""
-    preset, found = settings.preset, []
-    for name, report in (("training", train_report), ("validation", valid_report)):
-        if report.kept:
-            continue
-        total = len(report.empty) + len(report.too_long)
-        split = "train" if name == "training" else preset.valid_split
-        if report.too_long:
-            empty = f" and {len(report.empty)} an empty side" if report.empty else ""
-            found.append(
-                f"{flag('max_length', preset.max_length)} leaves no {name} pair: {len(report.too_long)} of the "
-                f"{total} pairs of split {split!r} have more tokens on a side{empty}; raise --max-length."
-            )
-        else:
-            found.append(f"--corpus {preset.corpus} has no {name} pair with text on both sides in split {split!r}.")
-    if not settings.per_device_batch_size and train_report.kept:
-        source_lengths, target_lengths = dataset_lengths(train_set)
-        problem = longest_pair_problem(int((source_lengths + target_lengths).max()), preset.max_tokens)
-        found += [problem] if problem else []
-    raise_problems(found)
 
 
 def raise_problems(found: list[str]) -> None:
