@@ -177,3 +177,20 @@ def test_table3_md_prose_gives_the_seed_statistics_and_the_wall_times_of_its_tab
     assert f"Rows took {min(walls)} to {max(walls)} min inside their wave" in text
     d_k = float(rows["B d_k=1/4"][dev_bleu])
     assert f"Its BLEU is {mean - d_k:.2f} lower ({d_k} against {stated}, about {(mean - d_k) / sd:.1f} standard" in text
+
+
+def test_paper_md_gives_the_releases_vocabulary_and_update_size():
+    paper = doc("paper.md")
+    recipes = [
+        release(name)["training"]["hyperparameters"]
+        for name in ("vanilla-transformer-multi30k-en-de", "vanilla-transformer-tatoeba-en-zh")
+    ]
+    assert recipes[0]["vocab_size"] == recipes[1]["vocab_size"]
+    assert f"{recipes[0]['vocab_size']:,} tokens for the Multi30k and Tatoeba releases" in paper
+    assert f"`--tokens-per-update` ({recipes[0]['tokens_per_update'] // 1024}k for the Multi30k release)" in paper
+    model = recipes[0]
+    shape = (
+        f"d_model {model['d_model']}, {model['encoder_layers']}+{model['decoder_layers']} layers, "
+        f"d_ff {model['encoder_ffn_dim']}, {model['encoder_attention_heads']} heads, dropout {model['dropout']}"
+    )
+    assert shape in paper
