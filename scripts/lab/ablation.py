@@ -236,10 +236,12 @@ def prepare_grid(preset: TrainingPreset, output_dir: Path, settings: GridSetting
     from accelerate import PartialState
 
     from vanilla_transformer.training.run import prepare_run_data
+    from vanilla_transformer.training.run_folder import RunFolder
     from vanilla_transformer.training.settings import TrainingSettings
 
     state = PartialState(cpu=not torch.cuda.is_available())  # the state `train` makes in this process
-    prepare_run_data(state, TrainingSettings(preset, output_dir, settings.source_lang, settings.target_lang))
+    run = TrainingSettings(preset, output_dir, settings.source_lang, settings.target_lang)
+    prepare_run_data(state, run, RunFolder.read(output_dir))
     return output_dir / "tokenizer"
 
 

@@ -171,6 +171,7 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     from vanilla_transformer.data.tokenized import model_columns
     from vanilla_transformer.training.presets import TRAINING_PRESETS
     from vanilla_transformer.training.run import prepare_run_data
+    from vanilla_transformer.training.run_folder import RunFolder
     from vanilla_transformer.training.settings import TrainingSettings
 
     from .benchmark import status_kib
@@ -178,7 +179,7 @@ def loader_rate(corpus: Path, output: Path, preset_name: str, max_tokens: int, b
     preset = replace(TRAINING_PRESETS[preset_name], corpus=str(corpus), valid_split="valid", max_tokens=max_tokens)
     start = time.perf_counter()
     settings = TrainingSettings(preset, output, "en", "de", eval_samples=EVAL_SAMPLES)
-    data = prepare_run_data(PartialState(cpu=True), settings)
+    data = prepare_run_data(PartialState(cpu=True), settings, RunFolder.read(output))
     sampler = TokenBudgetBatchSampler.for_dataset(data.train_set, max_tokens)
     opened = time.perf_counter() - start
     collator = DataCollatorForSeq2Seq(data.tokenizer, label_pad_token_id=-100)
