@@ -66,6 +66,11 @@ def test_a_corpus_cache_cut_short_or_rewritten_is_written_again_with_a_warning(t
             assert list(load_text_files(tmp_path, "train", "en", "de")["translation"]) == expected
         assert "is damaged" in caplog.text and words in caplog.text and "written again" in caplog.text
         assert arrow.read_bytes() == intact
+    arrow.with_suffix(".json").write_text("{not json")  # a record that does not read: the file is written again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert list(load_text_files(tmp_path, "train", "en", "de")["translation"]) == expected
+    assert "does not read" in caplog.text and "written again" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # intact: read as it is, without a word
         load_text_files(tmp_path, "train", "en", "de")

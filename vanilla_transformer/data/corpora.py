@@ -49,10 +49,10 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
     digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
     arrow = Path(datasets.config.HF_DATASETS_CACHE) / "vanilla_transformer" / "text" / f"{digest}.arrow"
     state = arrow.with_suffix(".json")
-    if state.is_file() and changed_since(arrow, json.loads(state.read_text())) is None:
-        return Dataset.from_file(str(arrow), split=NamedSplit(split))
     if arrow.is_file():
-        damage = changed_since(arrow, json.loads(state.read_text())) if state.is_file() else "its record is missing"
+        damage = _cache_damage(arrow, state)
+        if damage is None:
+            return Dataset.from_file(str(arrow), split=NamedSplit(split))
         logger.warning("the corpus cache %s (of %s) is damaged (%s): it is written again", arrow, paths[0], damage)
     counts = [count_lines(path) for path in paths]  # an Arrow file of these contents was line-aligned when written
     if counts[0] != counts[1]:
@@ -64,6 +64,14 @@ def load_text_files(data_dir: str | Path, split: str, source_lang: str, target_l
     with atomic_file(state) as staging:  # last: an Arrow file without its record is written again
         staging.write_text(json.dumps(file_state(arrow)))
     return Dataset.from_file(str(arrow), split=NamedSplit(split))
+
+
+def _cache_damage(arrow: Path, state: Path) -> str | None:
+    """What is wrong with a cached Arrow file against the `text.file_state` recorded beside it, or None."""
+    try:
+        return changed_since(arrow, json.loads(state.read_text()))
+    except (OSError, ValueError, TypeError) as error:  # no record (a killed write), or one that does not read
+        return f"its record {state.name} does not read: {type(error).__name__}"
 
 
 def _write_pairs_arrow(paths: list[Path], languages: tuple[str, str], arrow: Path) -> None:

@@ -122,7 +122,10 @@ def translate_nbest(
                 )
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences
                 scores = getattr(output, "sequences_scores", None)
-                non_finite = check.found() if check is not None else not bool(torch.isfinite(scores).all())
+                if check is not None:
+                    non_finite = check.found()
+                else:  # beam search; transformers' own variants (beam sampling, ...) may return no scores
+                    non_finite = scores is not None and not bool(torch.isfinite(scores).all())
                 if non_finite:
                     _raise_non_finite(model, [sentences[index] for index in batch])
                 texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
