@@ -390,21 +390,21 @@ def test_training_refuses_a_strangers_folder_but_resumes_its_own_runs(tmp_path):
     with pytest.raises(OutputError, match=r"photos is a non-empty folder .* pass --overwrite"):
         train(TrainingSettings(preset, stranger))
     assert tree_state(tmp_path) == before
-    RunFolder.read(stranger).check_place(TrainingSettings(preset, stranger, overwrite=True))  # allowed, and said
+    RunFolder.read(stranger).check(TrainingSettings(preset, stranger, overwrite=True))  # allowed, and said
 
     run = tmp_path / "run"  # new, empty, or a run of ours: its preset.json, or a training-run marker
-    RunFolder.read(run).check_place(TrainingSettings(preset, run))
+    RunFolder.read(run).check(TrainingSettings(preset, run))
     run.mkdir()
-    RunFolder.read(run).check_place(TrainingSettings(preset, run))
-    (run / "preset.json").write_text("{}")
+    RunFolder.read(run).check(TrainingSettings(preset, run))
+    RunFolder.read(run).write_record(TrainingSettings(preset, run))
     (run / "checkpoint-5").mkdir()
-    RunFolder.read(run).check_place(TrainingSettings(preset, run))
+    RunFolder.read(run).check(TrainingSettings(preset, run))
     (run / "preset.json").unlink()
     write_marker(run, "training-run", "train")
-    RunFolder.read(run).check_place(TrainingSettings(preset, run))
+    RunFolder.read(run).check(TrainingSettings(preset, run))
     (run / MARKER_NAME).unlink()
     with pytest.raises(OutputError, match="pass --overwrite to train there"):
-        RunFolder.read(run).check_place(TrainingSettings(preset, run))
+        RunFolder.read(run).check(TrainingSettings(preset, run))
 
 
 # -- averaging refuses checkpoints of different runs ------------------------------------------------------------------

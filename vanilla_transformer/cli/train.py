@@ -35,5 +35,6 @@ def run(args: argparse.Namespace) -> None:
     from ..training.settings import TrainingSettings
 
     folder = RunFolder.read(args.output_dir)
-    result = train(TrainingSettings.from_arguments(args, "train", folder.record), folder)
+    settings = TrainingSettings.from_arguments(args, "train", folder.record)
+    result = train(settings, folder)
     print(f"final model: {result.final_dir}")

@@ -6,7 +6,8 @@ import json
 import logging
 import os
 import re
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from itertools import islice
 from pathlib import Path
 
@@ -186,6 +187,47 @@ def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | No
             f"cmn.txt), or name the file for its direction (en-zh.tsv)."
         )
     return source_lang or "en", target_lang or "de"
+
+
+@dataclass(frozen=True)
+class CorpusIdentity:
+    """A run's corpus, settled once when its settings are built (`corpus_identity`): its name, its languages, where
+    its files lie (`location`, an input no output may touch), what a run records of it (`recorded`, a local corpus as
+    its absolute path; `sha256`, its content) and how it differs from what a run recorded (`change_from`)."""
+
+    name: str
+    source_lang: str
+    target_lang: str
+    local: Path | None  # `local_corpus`
+    location: str | None  # `corpus_location`
+
+    @property
+    def recorded(self) -> str:
+        return str(self.local) if self.local is not None else self.name
+
+    @cached_property
+    def sha256(self) -> str | None:
+        """`corpus_sha256`, read when first asked (a WMT-sized file is gigabytes)."""
+        return corpus_sha256(self.name)
+
+    def change_from(self, name: str | None, sha256: str | None) -> str | None:
+        """How this corpus differs from one a run recorded as `name` with content `sha256`, or None: by content
+        where both have a digest, else by name (`same_corpus`)."""
+        if sha256 is not None and self.sha256 is not None:
+            if sha256 == self.sha256:
+                return None
+            digests = f"(sha256 {sha256[:12]}…) -> {self.recorded!r} (sha256 {self.sha256[:12]}…)"
+            return f"corpus: {name!r} {digests}, other content"
+        if name is not None and same_corpus(self.recorded, name):
+            return None
+        return f"corpus: {name!r} -> {self.recorded!r}"
+
+
+def corpus_identity(corpus: str, source_lang: str | None = None, target_lang: str | None = None) -> CorpusIdentity:
+    """`corpus` with its languages (`corpus_languages`) and its place on this machine."""
+    return CorpusIdentity(
+        corpus, *corpus_languages(corpus, source_lang, target_lang), local_corpus(corpus), corpus_location(corpus)
+    )
 
 
 def local_corpus(corpus: str) -> Path | None:

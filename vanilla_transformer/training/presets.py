@@ -142,9 +142,13 @@ PRESET_FLAGS: dict[str, str] = {
 }
 
 
-def preset_from_arguments(args: argparse.Namespace) -> TrainingPreset:
-    """The preset named by `--preset` (default: demo), with the fields its flags gave replaced."""
-    return get_training_preset(args.preset or "demo", **{field: getattr(args, field) for field in PRESET_FLAGS})
+def preset_from_arguments(args: argparse.Namespace, recorded: dict | None = None) -> TrainingPreset:
+    """The preset named by `--preset` (default: demo), or the one a resumed run `recorded`, with the fields its flags
+    gave replaced."""
+    given = {field: getattr(args, field) for field in PRESET_FLAGS}
+    if recorded is None:
+        return get_training_preset(args.preset or "demo", **given)
+    return replace(preset_from_record(recorded), **{name: value for name, value in given.items() if value is not None})
 
 
 def preset_from_record(record: dict) -> TrainingPreset:

@@ -176,15 +176,12 @@ def prepare_run(state: PartialState, settings: TrainingSettings, folder: RunFold
     rewritten, the model, and the batches (token budgets or pairs) with the accumulation that reaches
     `preset.tokens_per_update` over all processes."""
     preset = settings.preset
-    # a new run's record comes first, so that the tokenizer saved next is always checked against it on a resume; a
-    # resume's is rewritten only once every check below has passed, so that a refused resume leaves it as it was
-    if state.is_main_process and folder.record is None:
-        folder.write_record(settings)
     data = prepare_run_data(state, settings, folder)
     state.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
     check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
     if folder.resume_from is not None:  # before the record is rewritten: a refused resume changes nothing
         check_checkpoint_pickles(folder.resume_from)
+    # a resume's record is rewritten only once every check above has passed: a refused resume leaves it as it was
     if state.is_main_process and folder.record is not None:
         folder.write_record(settings)
     model = build_model(preset, data.tokenizer)
@@ -215,15 +212,12 @@ def train(settings: TrainingSettings, folder: RunFolder | None = None) -> Traini
     target tokens of all of them, and accumulation counts the tokens of all of them. Each reads the folder and checks
     it before the process group exists, so that every process refuses the same way.
     """
-    folder = folder or RunFolder.read(settings.output_dir)
-    folder.check(settings)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
     preset, output = settings.preset, settings.output_dir
-    # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
-    state = PartialState(cpu=not torch.cuda.is_available())
-    with folder.lock(state):  # one run at a time in a folder
+    folder = folder or RunFolder.read(output)
+    with folder.open(settings) as state:  # one run at a time in a folder
         prepared = prepare_run(state, settings, folder)
         model, tokenizer = prepared.model, prepared.data.tokenizer
         trainer = VanillaTransformerTrainer(

@@ -12,15 +12,16 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
+import torch
 from accelerate import PartialState
 
-from ..data.corpora import corpus_location, same_corpus
+from ..data.corpora import same_corpus
 from ..data.staging import atomic_file
 from ..errors import OutputError, SettingsError
 from ..files.outputs import check_not_an_input, check_output_folder, hold_lock
 from .checkpoints import RESUMABLE_FIELDS, RUN_RECORD, checkpoint_step, last_complete_checkpoint, list_checkpoints
 from .presets import TrainingPreset
-from .settings import TrainingSettings, flag, raise_problems
+from .settings import TrainingSettings, flag
 
 logger = logging.getLogger(__name__)
 
@@ -59,17 +60,16 @@ class RunFolder:
         return cls(path, record, checkpoints, last_complete_checkpoint(path) if checkpoints else None, tokenizer)
 
     def check(self, settings: TrainingSettings) -> None:
-        """Refuse, before anything is read or written, a folder the run may not train in (`check_place`), settings
-        that may not continue the run it holds (`check_continuation`), and a run that cannot write or find the
-        `preset.average_last` checkpoints it averages (`checkpoint_problems`)."""
-        self.check_place(settings)
+        """Refuse, before anything is read or written, a run that cannot write or find the `preset.average_last`
+        checkpoints it averages (`checkpoint_problem`), settings that may not continue the run the folder holds
+        (`check_continuation`), and a folder the run may not train in: one that is, holds or lies inside the corpus,
+        or a non-empty one that is not a run of ours (its `preset.json`, `tokenizer/` or `training-run` marker) unless
+        `settings.overwrite`."""
+        problem = checkpoint_problem(settings, self)
+        if problem:
+            raise SettingsError(problem)
         self.check_continuation(settings)
-        raise_problems(checkpoint_problems(settings, self))
-
-    def check_place(self, settings: TrainingSettings) -> None:
-        """Refuse a folder that is, holds or lies inside the corpus, and a non-empty one that is not a run of ours
-        (its `preset.json`, `tokenizer/` or `training-run` marker) unless `settings.overwrite`."""
-        check_not_an_input(self.path, [("the corpus", corpus_location(settings.preset.corpus))])
+        check_not_an_input(self.path, [("the corpus", settings.corpus.location)])
         recognised = (RUN_RECORD, "tokenizer/tokenizer.json")
         place = check_output_folder
         if place(self.path, "training-run", settings.overwrite, recognised_by=recognised, overwrite_does="train there"):
@@ -100,9 +100,9 @@ class RunFolder:
         changed = [
             f"{name}: {saved.get(name)!r} -> {new[name]!r}"
             for name in fixed
-            if name not in ("corpus", "run") and not same_setting(name, new[name], saved.get(name))
+            if name not in ("corpus", "run") and new[name] != saved.get(name)
         ]
-        corpus = _changed_corpus(saved, new)
+        corpus = settings.corpus.change_from(saved.get("corpus"), saved.get("run", {}).get("corpus_sha256"))
         changed = ([corpus] if corpus else []) + changed
         if self.checkpoints and "run" in saved:
             # the corpus is compared above, the tokenizer by its fingerprint (`run.build_tokenizer`); a setting recorded
@@ -132,9 +132,15 @@ class RunFolder:
             staging.write_text(json.dumps(settings.record(), indent=2) + "\n")
 
     @contextmanager
-    def lock(self, state: PartialState) -> Iterator[None]:
-        """Hold the folder's lock while the block runs: the main process takes it and tells every process whether
-        it could, so that a second run into the same folder stops on all of them before it writes anything."""
+    def open(self, settings: TrainingSettings) -> Iterator[PartialState]:
+        """Check the folder for the run (`check`), on every process before the process group exists so that each
+        refuses the same way, then hold it while the block runs: the main process takes the folder's lock and tells
+        every process whether it could, so that a second run into the same folder stops on all of them before it
+        writes anything, and writes a new run's record, so that the tokenizer saved next is always checked against it
+        on a resume. Yields the processes of the run."""
+        self.check(settings)
+        # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
+        state = PartialState(cpu=not torch.cuda.is_available())
         with ExitStack() as held:
             refusal = None
             if state.is_main_process:
@@ -149,7 +155,9 @@ class RunFolder:
                 refusal = broadcast_object_list([refusal])[0]
             if refusal:
                 raise OutputError(refusal)
-            yield
+            if state.is_main_process and self.record is None:
+                self.write_record(settings)
+            yield state
 
 
 def same_setting(name: str, value: object, other: object) -> bool:
@@ -157,22 +165,6 @@ def same_setting(name: str, value: object, other: object) -> bool:
     if name == "corpus" and value is not None and other is not None:
         return same_corpus(str(value), str(other))
     return value == other
-
-
-def _changed_corpus(saved: dict, new: dict) -> str | None:
-    """How a new start's corpus differs from the recorded one, or None: by content digest where both have one, else
-    by name."""
-    digests = saved.get("run", {}).get("corpus_sha256"), new.get("run", {}).get("corpus_sha256")
-    if None not in digests:
-        if digests[0] == digests[1]:
-            return None
-        return (
-            f"corpus: {saved['corpus']!r} (sha256 {digests[0][:12]}…) -> {new['corpus']!r} (sha256 "
-            f"{digests[1][:12]}…), other content"
-        )
-    if same_setting("corpus", new["corpus"], saved.get("corpus")):
-        return None
-    return f"corpus: {saved.get('corpus')!r} -> {new['corpus']!r}"
 
 
 def trainer_checkpoint_steps(
@@ -187,7 +179,7 @@ def trainer_checkpoint_steps(
     return sorted(steps)
 
 
-def checkpoint_problems(settings: TrainingSettings, folder: RunFolder) -> list[str]:
+def checkpoint_problem(settings: TrainingSettings, folder: RunFolder) -> str | None:
     """Whether a Trainer run ends with the `average_last` checkpoints it averages, its own plus those of the run it
     resumes in `folder` (the counts were checked to be at least 1)."""
     preset = settings.preset
@@ -196,7 +188,7 @@ def checkpoint_problems(settings: TrainingSettings, folder: RunFolder) -> list[s
     wanted, every, last = preset.average_last, preset.save_steps, preset.max_steps
     steps = trainer_checkpoint_steps(last, every, existing, resume_step)
     if len(steps) >= wanted:
-        return []
+        return None
     names = ", ".join(f"checkpoint-{step}" for step in steps)
     earlier = f"; {len(existing)} of them already in {folder.path}" if existing else ""
     fixes = [flag("average_last", len(steps))]
@@ -212,8 +204,8 @@ def checkpoint_problems(settings: TrainingSettings, folder: RunFolder) -> list[s
     while len(trainer_checkpoint_steps(longer, every, existing, resume_step)) < wanted:
         longer += every
     fixes.append(flag("max_steps", longer))
-    return [
+    return (
         f"{flag('average_last', wanted)} averages the last {wanted} checkpoints at the end, but "
         f"{flag('max_steps', last)} with {flag('save_steps', every)} leaves {len(steps)} ({names}{earlier}); give "
         f"{', '.join(fixes[:-1])} or {fixes[-1]}."
-    ]
+    )

@@ -14,17 +14,15 @@ import argparse
 import json
 import os
 import shlex
-from dataclasses import asdict, dataclass, fields, replace
-from functools import cached_property
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..data.corpora import corpus_languages, local_corpus
-from ..data.corpora import corpus_sha256 as content_digest
+from ..data.corpora import CorpusIdentity, corpus_identity
 from ..data.tokenization import MIN_VOCAB_SIZE
 from ..errors import SettingsError, UsageError
 from ..files.loading import CONFIG_ERRORS, config_error_message
 from .fsdp import fsdp_problems
-from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments, preset_from_record
+from .presets import PRESET_FLAGS, TrainingPreset, preset_from_arguments
 from .ranges import TRAINING_RANGES
 
 # corpora with more pairs learn their BPE from a seeded sample of this many: WMT14's 4.5M pairs would hold ~9M
@@ -77,10 +75,12 @@ class TrainingSettings:
     report_to: str = "tensorboard"
     progress: bool = True
     command: str = "train"  # the command final/ is marked as written by
+    corpus: CorpusIdentity = field(init=False, repr=False)  # the preset's corpus, settled here once
 
     def __post_init__(self) -> None:
-        source_lang, target_lang = corpus_languages(self.preset.corpus, self.source_lang, self.target_lang)
-        resolved = {"output_dir": Path(self.output_dir), "source_lang": source_lang, "target_lang": target_lang}
+        corpus = corpus_identity(self.preset.corpus, self.source_lang, self.target_lang)
+        resolved = {"output_dir": Path(self.output_dir), "corpus": corpus}
+        resolved |= {"source_lang": corpus.source_lang, "target_lang": corpus.target_lang}
         for name, value in resolved.items():
             object.__setattr__(self, name, value)
         raise_problems(problems(self))
@@ -101,18 +101,11 @@ class TrainingSettings:
         given = {name: value for name, value in given.items() if value is not None}
         if getattr(args, "bf16", False) or getattr(args, "fp16", False):
             given["mixed_precision"] = "bf16" if args.bf16 else "fp16"
-        if args.preset is None and not args.no_resume and recorded is not None:
-            flags = {name: getattr(args, name) for name in PRESET_FLAGS if getattr(args, name) is not None}
-            preset = replace(preset_from_record(recorded), **flags)
-            given = recorded_options(recorded.get("run", {})) | given
-        else:
-            preset = preset_from_arguments(args)
+        resumed = recorded if args.preset is None and not args.no_resume else None
+        if resumed is not None:
+            given = recorded_options(resumed.get("run", {})) | given
+        preset = preset_from_arguments(args, resumed)
         return cls(preset, resume=not args.no_resume, command=command, **given)
-
-    @cached_property
-    def corpus_sha256(self) -> str | None:
-        """A local corpus's content digest, read when the run is recorded (a WMT-sized file is gigabytes)."""
-        return content_digest(self.preset.corpus)
 
     @property
     def precision(self) -> str:
@@ -121,7 +114,7 @@ class TrainingSettings:
 
     def run_record(self) -> dict:
         """What the run records besides its preset (`RECORDED`), each of which changes its weights."""
-        values = asdict(self) | {"precision": self.precision, "corpus_sha256": self.corpus_sha256}
+        values = asdict(self) | {"precision": self.precision, "corpus_sha256": self.corpus.sha256}
         if self.tokenizer_path is not None and Path(self.tokenizer_path).expanduser().is_dir():
             values["tokenizer_path"] = str(Path(self.tokenizer_path).expanduser().resolve())
         return {name: values[name] for name in RECORDED}
@@ -130,10 +123,7 @@ class TrainingSettings:
         """What `preset.json` holds: the preset's fields (a local corpus as its absolute path, so that a resume from
         another directory cannot take another file for it) and `run_record` under `"run"`."""
         record = json.loads(json.dumps(self.preset.as_dict()))  # as preset.json holds it: lists, not tuples
-        local = local_corpus(self.preset.corpus)
-        if local is not None:
-            record["corpus"] = str(local)
-        return record | {"run": self.run_record()}
+        return record | {"corpus": self.corpus.recorded, "run": self.run_record()}
 
 
 def recorded_options(run: dict) -> dict:
