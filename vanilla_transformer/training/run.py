@@ -31,7 +31,7 @@ from ..errors import SettingsError
 from ..files.outputs import staged_folder
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .checkpoints import average_checkpoints, check_checkpoint_pickles
+from .checkpoints import average_checkpoints
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
 from .presets import TrainingPreset
@@ -171,17 +171,14 @@ class PreparedRun:
 
 
 def prepare_run(state: PartialState, settings: TrainingSettings, folder: RunFolder) -> PreparedRun:
-    """The run's setup, on every process under the run's lock, in the order the data flows: a new run's record
-    written, the tokenized data and what it refuses, the pickles of the checkpoint a resume loads, a resume's record
-    rewritten, the model, and the batches (token budgets or pairs) with the accumulation that reaches
+    """The run's setup, on every process under the run's lock (`RunFolder.open`), in the order the data flows: the
+    tokenized data and what it refuses, a resume's record rewritten, the model, and the batches (token budgets or pairs) with the accumulation that reaches
     `preset.tokens_per_update` over all processes."""
     preset = settings.preset
     data = prepare_run_data(state, settings, folder)
     state.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
     check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
-    if folder.resume_from is not None:  # before the record is rewritten: a refused resume changes nothing
-        check_checkpoint_pickles(folder.resume_from)
-    # a resume's record is rewritten only once every check above has passed: a refused resume leaves it as it was
+    # a resume's record is rewritten only once every check has passed: a refused resume leaves it as it was
     if state.is_main_process and folder.record is not None:
         folder.write_record(settings)
     model = build_model(preset, data.tokenizer)

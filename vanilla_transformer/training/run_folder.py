@@ -19,7 +19,14 @@ from ..data.corpora import same_corpus
 from ..data.staging import atomic_file
 from ..errors import OutputError, SettingsError
 from ..files.outputs import check_not_an_input, check_output_folder, hold_lock
-from .checkpoints import RESUMABLE_FIELDS, RUN_RECORD, checkpoint_step, last_complete_checkpoint, list_checkpoints
+from .checkpoints import (
+    RESUMABLE_FIELDS,
+    RUN_RECORD,
+    check_checkpoint_pickles,
+    checkpoint_step,
+    last_complete_checkpoint,
+    list_checkpoints,
+)
 from .presets import TrainingPreset
 from .settings import TrainingSettings, flag
 
@@ -62,13 +69,16 @@ class RunFolder:
     def check(self, settings: TrainingSettings) -> None:
         """Refuse, before anything is read or written, a run that cannot write or find the `preset.average_last`
         checkpoints it averages (`checkpoint_problem`), settings that may not continue the run the folder holds
-        (`check_continuation`), and a folder the run may not train in: one that is, holds or lies inside the corpus,
-        or a non-empty one that is not a run of ours (its `preset.json`, `tokenizer/` or `training-run` marker) unless
-        `settings.overwrite`."""
+        (`check_continuation`), a checkpoint to resume from whose pickles are not plain tensors
+        (`checkpoints.check_checkpoint_pickles`), and a folder the run may not train in: one that is, holds or lies
+        inside the corpus, or a non-empty one that is not a run of ours (its `preset.json`, `tokenizer/` or
+        `training-run` marker) unless `settings.overwrite`."""
         problem = checkpoint_problem(settings, self)
         if problem:
             raise SettingsError(problem)
         self.check_continuation(settings)
+        if self.resume_from is not None:
+            check_checkpoint_pickles(self.resume_from)
         check_not_an_input(self.path, [("the corpus", settings.corpus.location)])
         recognised = (RUN_RECORD, "tokenizer/tokenizer.json")
         place = check_output_folder
