@@ -36,7 +36,6 @@ from vanilla_transformer.inference.translation import translate
 from vanilla_transformer.release.folder_checks import find_pickles
 from vanilla_transformer.training.checkpoints import average_checkpoints
 from vanilla_transformer.training.presets import TRAINING_PRESETS
-from vanilla_transformer.training.run import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +55,7 @@ def command_error(capsys, run) -> str:
 
 
 def good_model(tokenizer, seed: int = 0):
-    """A tiny model for `tokenizer`, recording its fingerprint as `training.build_model` does."""
+    """A tiny model for `tokenizer`, recording its fingerprint as `TrainingPreset.model_for` does."""
     return tiny_model(
         seed=seed,
         vocab_size=len(tokenizer),
@@ -334,7 +333,7 @@ def test_a_folder_without_a_fingerprint_falls_back_to_the_vocabulary_checks(
 
 
 def test_training_records_the_fingerprint_that_the_loader_checks(builtin_tokenizer, other_tokenizer, tmp_path):
-    model = build_model(TRAINING_PRESETS["demo"], builtin_tokenizer)
+    model = TRAINING_PRESETS["demo"].model_for(builtin_tokenizer)
     assert model.config.tokenizer_fingerprint == tokenizer_fingerprint(builtin_tokenizer)
     model.save_pretrained(tmp_path)
     builtin_tokenizer.save_pretrained(tmp_path)

@@ -5,9 +5,13 @@ of what it trained with, are `settings.TrainingSettings`."""
 import argparse
 from dataclasses import asdict, dataclass, fields, replace
 
+from transformers import PreTrainedTokenizerBase
+
 from ..data.multi30k import MULTI30K
+from ..data.tokenization import tokenizer_fingerprint
 from ..errors import SettingsError
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,19 @@ class TrainingPreset:
         if self.dropout is not None:
             values["dropout"] = self.dropout
         return VanillaTransformerConfig.from_preset(self.model_preset, **{**values, **fields})
+
+    def model_for(self, tokenizer: PreTrainedTokenizerBase) -> VanillaTransformerForConditionalGeneration:
+        """The model, untrained, with the tokenizer's vocabulary, special tokens and fingerprint (recorded in
+        config.json, so that loading the model beside another tokenizer is refused)."""
+        config = self.model_config(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+            tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        )
+        return VanillaTransformerForConditionalGeneration(config)
 
 
 PAPER_BASE = TrainingPreset(

@@ -34,7 +34,6 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForConditiona
 from .checkpoints import average_checkpoints
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
 from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
-from .presets import TrainingPreset
 from .run_folder import RunFolder
 from .settings import TrainingSettings, flag, raise_problems
 from .trainer import VanillaTransformerTrainer
@@ -100,7 +99,8 @@ def prepare_run_data(state: PartialState, settings: TrainingSettings, folder: Ru
     """The tokenizer and the tokenized pairs (the first `eval_samples` validation pairs if given), the main process
     first, so that it fills the caches before the others open them. Unlike `state.main_process_first()`, an error in
     the main process's turn still lets the others past the barrier to meet it themselves, instead of waiting for a
-    peer that is gone until the process group times out."""
+    peer that is gone until the process group times out. A `SettingsError` when the pairs leave nothing to train or
+    validate on, or hold a pair that fits no token batch."""
     preset, languages = settings.preset, (settings.source_lang, settings.target_lang)
     if not state.is_main_process:
         state.wait_for_everyone()
@@ -116,25 +116,18 @@ def prepare_run_data(state: PartialState, settings: TrainingSettings, folder: Ru
     finally:
         if state.is_main_process:
             state.wait_for_everyone()
-    return RunData(tokenizer, train_set, valid_set, train_report, valid_report)
-
-
-def check_tokenized(
-    settings: TrainingSettings, train_set: Dataset, train_report: FilterReport, valid_report: FilterReport
-) -> None:
-    """Raise a `SettingsError` when the tokenized data leaves nothing to train or validate on, or holds a pair that
-    fits no token batch."""
-    preset, found = settings.preset, []
+    state.print(f"train: {train_report}\nvalid: {valid_report}")
+    found = []
     for name, report in (("training", train_report), ("validation", valid_report)):
         if report.kept:
             continue
-        total = len(report.empty) + len(report.too_long)
         split = "train" if name == "training" else preset.valid_split
         if report.too_long:
             empty = f" and {len(report.empty)} an empty side" if report.empty else ""
             found.append(
                 f"{flag('max_length', preset.max_length)} leaves no {name} pair: {len(report.too_long)} of the "
-                f"{total} pairs of split {split!r} have more tokens on a side{empty}; raise --max-length."
+                f"{len(report.empty) + len(report.too_long)} pairs of split {split!r} have more tokens on a "
+                f"side{empty}; raise --max-length."
             )
         else:
             found.append(f"--corpus {preset.corpus} has no {name} pair with text on both sides in split {split!r}.")
@@ -143,20 +136,7 @@ def check_tokenized(
         problem = longest_pair_problem(int((source_lengths + target_lengths).max()), preset.max_tokens)
         found += [problem] if problem else []
     raise_problems(found)
-
-
-def build_model(preset: TrainingPreset, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    """The preset's model with the tokenizer's vocabulary, special tokens and fingerprint (recorded in config.json,
-    so that loading the model beside another tokenizer is refused)."""
-    config = preset.model_config(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-    )
-    return VanillaTransformerForConditionalGeneration(config)
+    return RunData(tokenizer, train_set, valid_set, train_report, valid_report)
 
 
 @dataclass
@@ -172,16 +152,14 @@ class PreparedRun:
 
 def prepare_run(state: PartialState, settings: TrainingSettings, folder: RunFolder) -> PreparedRun:
     """The run's setup, on every process under the run's lock (`RunFolder.open`), in the order the data flows: the
-    tokenized data and what it refuses, a resume's record rewritten, the model, and the batches (token budgets or pairs) with the accumulation that reaches
-    `preset.tokens_per_update` over all processes."""
+    tokenized data, a resume's record rewritten, the model, and the batches (token budgets or pairs) with the
+    accumulation that reaches `preset.tokens_per_update` over all processes."""
     preset = settings.preset
     data = prepare_run_data(state, settings, folder)
-    state.print(f"train: {data.train_report}\nvalid: {data.valid_report}")
-    check_tokenized(settings, data.train_set, data.train_report, data.valid_report)
     # a resume's record is rewritten only once every check has passed: a refused resume leaves it as it was
     if state.is_main_process and folder.record is not None:
         folder.write_record(settings)
-    model = build_model(preset, data.tokenizer)
+    model = preset.model_for(data.tokenizer)
     sampler = None
     tokens = data.train_tokens()
     pairs = f"{len(data.train_set)} pairs, {tokens:,} tokens"

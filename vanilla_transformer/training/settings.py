@@ -4,7 +4,7 @@ from a preset and the options (flags or Python API), checked once as it is built
 
 What the settings alone decide is checked when they are built, before any process group exists or the corpus is read,
 so that a doomed setting costs no training and no process waits for another; what depends on the run folder is
-checked by `run_folder.RunFolder.check`, what depends on the data right after tokenizing (`run.check_tokenized`). Each
+checked by `run_folder.RunFolder.check`, what depends on the data right after tokenizing (`run.prepare_run_data`). Each
 error lists every problem in the command line's words (`--average-last 3`), with a fix. Only what cannot work is
 refused: `--save-steps` past `--max-steps` still saves once at the end, and `--warmup-steps` past it ends the run on
 the rising part of the §5.3 schedule.
