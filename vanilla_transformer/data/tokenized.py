@@ -156,6 +156,8 @@ def tokenize_pairs(
     corpora of `PARALLEL_ROWS` pairs or more)."""
     from .tokenization import tokenizer_fingerprint
 
+    id_type = "uint16" if len(tokenizer) <= 1 << 16 else "int32"
+    encode, features = _encoder(tokenizer, source_lang, target_lang, max_length, id_type)
     folder = None
     if cache_root is not None:
         key = cache_key(dataset, tokenizer_fingerprint(tokenizer), source_lang, target_lang, max_length)
@@ -167,8 +169,6 @@ def tokenize_pairs(
                 return opened
     if num_proc is None:
         num_proc = min(os.cpu_count() or 1, 8) if len(dataset) >= PARALLEL_ROWS else None
-    id_type = "uint16" if len(tokenizer) <= 1 << 16 else "int32"
-    encode, features = _encoder(tokenizer, source_lang, target_lang, max_length, id_type)
     staging = None if folder is None else _staging_folder(folder)
     try:
         encoded = dataset.map(

@@ -111,8 +111,10 @@ def prepare_run_data(state: PartialState, settings: TrainingSettings, folder: Ru
         if settings.eval_samples:
             valid_corpus = valid_corpus.select(range(min(settings.eval_samples, len(valid_corpus))))
         cache = tokenized_cache_root()
-        train_set, train_report = tokenize_pairs(train_corpus, tokenizer, *languages, preset.max_length, cache)
-        valid_set, valid_report = tokenize_pairs(valid_corpus, tokenizer, *languages, preset.max_length, cache)
+        (train_set, train_report), (valid_set, valid_report) = (
+            tokenize_pairs(corpus, tokenizer, *languages, preset.max_length, cache)
+            for corpus in (train_corpus, valid_corpus)
+        )
     finally:
         if state.is_main_process:
             state.wait_for_everyone()
