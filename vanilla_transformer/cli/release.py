@@ -88,9 +88,7 @@ def run(args: argparse.Namespace) -> None:
     data = ReleaseData.for_run(preset, args.data_dir, args.corpus_file, args.source_lang, args.target_lang)
     last = args.last or preset.get("average_last", 5)
     averaged = average_checkpoints(run_dir, final, last, overwrite=args.overwrite, command="release")
-    on_valid = {}
-    if args.length_penalties:
-        on_valid = adopt_best_length_penalty(final, data, args.length_penalties)
+    on_valid = adopt_best_length_penalty(final, data, args.length_penalties) if args.length_penalties else {}
     machine = args.hardware
     if machine is None:  # this machine's GPU, else its CPU
         import torch
