@@ -70,9 +70,8 @@ class PushPlan:
         return lines
 
     def listing(self) -> list[str]:
-        total = sum(self.files.values())
         width = len(str(max(self.files.values(), default=0)))
-        return [f"{len(self.files)} file(s), {total} bytes:"] + [
+        return [f"{len(self.files)} file(s), {sum(self.files.values())} bytes:"] + [
             f"  {size:>{width}}  {name}" for name, size in self.files.items()
         ]
 
