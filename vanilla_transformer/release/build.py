@@ -332,8 +332,7 @@ def write_release(
     examples: list[dict] | None = None,
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (with the commands that reproduce the run and the
-    release, `release_flags` being the release's options); the folder replaces `release_dir` only whole. `data` is
-    `ReleaseData.record()` (Multi30k en→de when not given), `examples` translations the card shows."""
+    release: `release_flags`) into a folder that replaces `release_dir` only whole; `data` is `ReleaseData.record()`."""
     release = Path(release_dir)
     check_not_an_input(release, [("the averaged model", final_dir)])
     check_output_folder(release, "release", overwrite)

@@ -21,9 +21,8 @@ from ..files.model_card import card_from_release_record, card_from_training_log,
 from ..training.checkpoints import list_checkpoints
 from .folder_checks import CODE_FILES, check_contents, pickle_problems, resolves_inside, validate_folder
 
-# What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
-# `.sha256` of each weights file): what `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read,
-# the card and the scores it is rendered from. Everything else in the folder stays on this machine.
+# What a push sends at the top level (besides the shards an index names and each weights file's `.sha256`): what
+# `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read, the card and the scores it shows.
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
