@@ -11,7 +11,6 @@ best one becomes the release's default (§6.1 chose α on the development set); 
 """
 
 import argparse
-import json
 import os
 import platform
 from pathlib import Path
@@ -88,9 +87,7 @@ def run(args: argparse.Namespace) -> None:
     data = ReleaseData.for_run(preset, args.data_dir, args.corpus_file, args.source_lang, args.target_lang)
     last = args.last or preset.get("average_last", 5)
     averaged = average_checkpoints(run_dir, final, last, overwrite=args.overwrite, command="release")
-    on_valid = {}
-    if args.length_penalties:
-        on_valid = adopt_best_length_penalty(final, data, args.length_penalties)
+    on_valid = adopt_best_length_penalty(final, data, args.length_penalties) if args.length_penalties else {}
     machine = args.hardware
     if machine is None:  # this machine's GPU, else its CPU
         import torch
@@ -105,8 +102,8 @@ def run(args: argparse.Namespace) -> None:
     release_flags = (f" --last {args.last}" if args.last else "") + (
         f" --length-penalties {','.join(map(str, args.length_penalties))}" if args.length_penalties else ""
     )
-    write_release(
+    release = write_release(
         final, args.output_dir, results, training, preset, release_flags, args.overwrite, data.record(), examples
     )
-    print(json.dumps(json.loads((Path(args.output_dir) / "results.json").read_text()), indent=2))
+    print((release / "results.json").read_text(), end="")  # written with indent=2
     print(f"checkpoints available: {[p.name for p in list_checkpoints(run_dir)]}")

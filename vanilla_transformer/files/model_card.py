@@ -1,8 +1,6 @@
-"""Model cards: a model's `README.md` rendered from the package's Jinja2 template (`templates/model_card.md`), with
-YAML metadata (license, languages, Hub datasets, `model-index` results) written by `huggingface_hub.ModelCardData`.
-A card comes from a release's `results.json` (`card_from_release_record`) or a `Trainer` run's records
-(`card_from_training_log`).
-"""
+"""Model cards: `README.md` rendered from the package's Jinja2 template, its YAML metadata (license, languages, Hub
+datasets, `model-index` results) written by `huggingface_hub.ModelCardData`, from a release's `results.json` or a
+`Trainer` run's records."""
 
 from importlib import resources
 from pathlib import Path
@@ -88,58 +86,6 @@ def training_hyperparameters(config: dict, preset: dict | None = None, generatio
     return table
 
 
-def card_metadata(
-    name: str,
-    results: dict[str, dict],
-    dataset: str,
-    languages: tuple[str, str],
-    license: str,  # noqa: A002
-    other_files: bool = False,
-) -> ModelCardData:
-    """The card's YAML metadata, with the `model-index` results of every split scored whole (not `test2016[:50]`),
-    named as scored on other than the official files where `other_files`."""
-    source, target = languages
-    title = DATASET_TITLES.get(dataset, dataset)
-    eval_results = []
-    for split, scores in results.items():
-        if "[" in split:
-            continue
-        metrics = [("sacrebleu", scores["sacrebleu"], "sacreBLEU"), ("chrf", scores["chrf"], "chrF")]
-        if "tokenized_bleu" in scores:
-            metrics.insert(0, ("bleu", scores["tokenized_bleu"], "BLEU (lowercased Moses-tokenized reference)"))
-        eval_results += [
-            EvalResult(
-                task_type="translation",
-                task_name=f"Translation {source.capitalize()}-{target.capitalize()}",
-                dataset_type=dataset,
-                dataset_name=f"{title[0].upper()}{title[1:]} {split}" + (" (not the official files)" * other_files),
-                dataset_split=split,
-                dataset_config=f"{source}-{target}",
-                metric_type=metric,
-                metric_value=value,
-                metric_name=metric_name,
-            )
-            for metric, value, metric_name in metrics
-        ]
-    license_name = license_link = None
-    if dataset in DATA_TERMS:
-        license, license_name, license_link = DATA_TERMS[dataset]
-    return ModelCardData(
-        language=[source, target],
-        license=license,
-        license_name=license_name,
-        license_link=license_link,
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=["translation", "transformer", "attention-is-all-you-need", dataset],
-        # none where no Hub dataset holds the data, rather than a name the Hub would link to nothing
-        datasets=[HUB_DATASETS.get(dataset, dataset)] if dataset in HUB_DATASETS or "/" in dataset else None,
-        metrics=sorted({result.metric_type for result in eval_results}),
-        model_name=name,
-        eval_results=eval_results or None,
-    )
-
-
 # the paper's base recipe (§3, §5.1-5.4, §6.1) where a run may differ: field -> (the paper's value, as the card says it)
 PAPER_RECIPE = {
     "dropout": (0.1, "0.1"),
@@ -154,8 +100,7 @@ PAPER_RECIPE = {
 
 
 def recipe_changes(training: dict) -> list[str]:
-    """How a run's recipe (`training["hyperparameters"]`, its averaged checkpoints) differs from the paper's base
-    (`PAPER_RECIPE`, and the last 5 checkpoints averaged), one `field value (paper: value)` phrase each."""
+    """How a run's recipe differs from the paper's base (`PAPER_RECIPE`, 5 checkpoints averaged), one phrase each."""
     values, averaged = training["hyperparameters"], len(training.get("averaged_checkpoints", []))
     changes = [
         f"{field} {values[field]:,} (paper: {said})"
@@ -191,8 +136,46 @@ def render_model_card(
         )
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
+    other_files = " (not the official files)" if (data or {}).get("other_files") else ""
+    eval_results = []
+    for split, scores in results.items():
+        if "[" in split:  # a part scored for the smoke test (`test2016[:50]`), not a result
+            continue
+        metrics = [("sacrebleu", scores["sacrebleu"], "sacreBLEU"), ("chrf", scores["chrf"], "chrF")]
+        if "tokenized_bleu" in scores:
+            metrics.insert(0, ("bleu", scores["tokenized_bleu"], "BLEU (lowercased Moses-tokenized reference)"))
+        eval_results += [
+            EvalResult(
+                task_type="translation",
+                task_name=f"Translation {source.capitalize()}-{target.capitalize()}",
+                dataset_type=dataset,
+                dataset_name=f"{title[0].upper()}{title[1:]} {split}{other_files}",
+                dataset_split=split,
+                dataset_config=f"{source}-{target}",
+                metric_type=metric,
+                metric_value=value,
+                metric_name=metric_name,
+            )
+            for metric, value, metric_name in metrics
+        ]
+    license_name = license_link = None
+    if dataset in DATA_TERMS:
+        license, license_name, license_link = DATA_TERMS[dataset]
+    card_data = ModelCardData(
+        language=[source, target],
+        license=license,
+        license_name=license_name,
+        license_link=license_link,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "transformer", "attention-is-all-you-need", dataset],
+        # none where no Hub dataset holds the data, rather than a name the Hub would link to nothing
+        datasets=[HUB_DATASETS.get(dataset, dataset)] if dataset in HUB_DATASETS or "/" in dataset else None,
+        metrics=sorted({result.metric_type for result in eval_results}),
+        model_name=name,
+        eval_results=eval_results or None,
+    )
     rows = [{"split": split, "tokenized_bleu": "–"} | scores for split, scores in results.items()]
-    card_data = card_metadata(name, results, dataset, languages, license, bool((data or {}).get("other_files")))
     signatures = [scores["signature"] for scores in results.values() if scores.get("signature")]
     bleu_tokenizer = next((part[4:] for part in (signatures or [""])[0].split("|") if part.startswith("tok:")), "13a")
     # trim_blocks/lstrip_blocks: the template's {% %} lines leave no blank lines; StrictUndefined: a misspelt

@@ -45,8 +45,7 @@ class ReleaseData:
         return ("test",) if self.corpus_file else ("test2016", "test2017")
 
     @property
-    def valid_metric(self) -> str:
-        """The BLEU `tune_length_penalty` compares: tokenized where the official tokenized reference exists."""
+    def valid_metric(self) -> str:  # the BLEU `tune_length_penalty` compares: tokenized where Multi30k has a reference
         return "sacreBLEU" if self.corpus_file else "BLEU (tok)"
 
     def evaluate(self, folder: str | Path, split: str, **kwargs) -> dict:
@@ -184,9 +183,7 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
     """The `vanilla-transformer train` line that trains a run with this `preset.json`: the named preset it differs
     least from, a flag for each field it changed and for each non-default setting of its `"run"` record. A change no
     flag can make raises."""
-    recorded = run_preset.get("run", {})
-    recorded_flags = run_flags(recorded) if recorded else ""
-
+    recorded_flags = run_flags(run_preset["run"]) if run_preset.get("run") else ""
     run_preset = json.loads(json.dumps(run_preset))  # compare as preset.json holds them: lists, not tuples
 
     def changed(name: str) -> list[str]:
@@ -208,9 +205,8 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
             return f" --{name}" if value else f" --no-{name}"
         return f" --{name} {value}"
 
-    flags = "".join(flag(field) for field in changed(name)) + recorded_flags
-    languages = language_flags(source_lang, target_lang)
-    return f"vanilla-transformer train --preset {name}{flags}{languages} --output-dir {output_dir}"
+    flags = "".join(flag(field) for field in changed(name)) + recorded_flags + language_flags(source_lang, target_lang)
+    return f"vanilla-transformer train --preset {name}{flags} --output-dir {output_dir}"
 
 
 def tune_length_penalty(
@@ -269,8 +265,7 @@ def training_summary(
     hours = (
         train_hours or (averaged[-1].stat().st_mtime - (run / "tokenizer" / "tokenizer.json").stat().st_mtime) / 3600
     )
-    model = AutoModelForSeq2SeqLM.from_pretrained(final)
-    parameters = sum(tensor.numel() for tensor in model.parameters())
+    parameters = AutoModelForSeq2SeqLM.from_pretrained(final).num_parameters()
     tuning = ""
     if on_valid:
         tuning = (
@@ -320,11 +315,9 @@ def evaluate_release(folder: str | Path, data: ReleaseData, batch_size: int = 10
 
 
 def _summary(scores: dict) -> dict:
-    summary = {"sacrebleu": round(scores["bleu"]["score"], 2), "chrf": round(scores["chrf"]["score"], 2)}
-    if scores.get("tokenized_bleu"):
-        summary["tokenized_bleu"] = round(scores["tokenized_bleu"]["score"], 2)
-    summary["signature"] = scores["bleu"]["signature"]
-    return summary
+    metrics = {"sacrebleu": "bleu", "chrf": "chrf", "tokenized_bleu": "tokenized_bleu"}
+    summary = {key: round(scores[metric]["score"], 2) for key, metric in metrics.items() if scores.get(metric)}
+    return summary | {"signature": scores["bleu"]["signature"]}
 
 
 def write_release(
@@ -339,8 +332,7 @@ def write_release(
     examples: list[dict] | None = None,
 ) -> Path:
     """Copy the model folder, write `results.json` and the card (with the commands that reproduce the run and the
-    release, `release_flags` being the release's options); the folder replaces `release_dir` only whole. `data` is
-    `ReleaseData.record()` (Multi30k en→de when not given), `examples` translations the card shows."""
+    release: `release_flags`) into a folder that replaces `release_dir` only whole; `data` is `ReleaseData.record()`."""
     release = Path(release_dir)
     check_not_an_input(release, [("the averaged model", final_dir)])
     check_output_folder(release, "release", overwrite)

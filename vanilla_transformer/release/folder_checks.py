@@ -1,9 +1,5 @@
-"""Whether a saved folder makes a complete, safe model repo: what `hub.plan_push` checks before anything is sent.
-
-`validate_folder` lists every reason a folder would not (config.json and its auto_map, the code files, weights,
-tokenizer, generation config, the card's metadata), with `files.loading`'s checks; `find_pickles` finds a pickle
-anywhere under it, by name or by content.
-"""
+"""Whether a saved folder makes a complete, safe model repo (config.json and its auto_map, the code files, weights,
+tokenizer, generation config, the card's metadata, no pickle anywhere): what `hub.plan_push` checks before a push."""
 
 import ast
 import zipfile
@@ -36,8 +32,7 @@ def _defined_classes(path: Path) -> set[str]:
     return {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
 
 
-def _imported_packages(path: Path) -> set[str]:
-    """Top-level packages a file imports absolutely (relative `from .x import` stays inside the repo)."""
+def _imported_packages(path: Path) -> set[str]:  # absolute imports only: `from .x import` stays inside the repo
     packages = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -48,7 +43,6 @@ def _imported_packages(path: Path) -> set[str]:
 
 
 def _check_code(folder: Path, config: dict) -> list[str]:
-    """The code files are there, import nothing a downloader lacks, and define what config.json's auto_map names."""
     problems = []
     for name in CODE_FILES:
         code = folder / name
@@ -78,7 +72,6 @@ def _check_code(folder: Path, config: dict) -> list[str]:
 
 
 def _check_tokenizer(folder: Path, config: dict) -> list[str]:
-    """The tokenizer files are there, load, and fit the model (`check_tokenizer_fits_model`)."""
     try:
         check_tokenizer_files(folder)
         try:
@@ -94,7 +87,7 @@ def _check_tokenizer(folder: Path, config: dict) -> list[str]:
 
 
 def _check_card(folder: Path, card: str | None = None) -> list[str]:
-    """The card's metadata: `card`, the text a push would add, else the folder's README.md."""
+    """The metadata of `card`, the text a push would add, else of the folder's README.md."""
     path = folder / "README.md"
     if card is None and not path.is_file():
         return [
@@ -139,8 +132,7 @@ def _is_pickle(path: Path, *, read: bool = True) -> bool:
 
 
 def find_pickles(folder: str | Path) -> list[Path]:
-    """Files anywhere under `folder` that are (or are named like) pickles; a link out of the folder is judged by its
-    name only, its target never opened."""
+    """Files under `folder` that are (or are named like) pickles; a link out of it is judged by its name only."""
     folder = Path(folder)
     root = folder.resolve()
     return [
@@ -169,8 +161,7 @@ def validate_folder(folder: str | Path) -> list[str]:
 
 
 def check_contents(folder: Path, card: str | None = None) -> list[str]:
-    """Every reason the model files in `folder` would not make a complete repo (all but the pickle search), with
-    `card` as its README.md when given."""
+    """`validate_folder` but the pickle search, with `card` as the README.md when given."""
     try:
         config = check_config_file(folder / "config.json")
     except ModelFolderError as error:

@@ -1,8 +1,5 @@
 """Push a model folder to the Hugging Face Hub: check it and list what a push sends (`plan_push`), then send exactly
-that with `HfApi.upload_folder(allow_patterns=...)` (`push_folder`: to a new or existing repo, a branch, or as a pull
-request), explaining what the Hub refuses. The folder's checks live in `folder_checks`; a folder without a card gets
-one rendered from its run's records (`card_for_folder`).
-"""
+that with `HfApi.upload_folder(allow_patterns=...)` (`push_folder`), explaining what the Hub refuses."""
 
 import dataclasses
 import glob
@@ -24,9 +21,8 @@ from ..files.model_card import card_from_release_record, card_from_training_log,
 from ..training.checkpoints import list_checkpoints
 from .folder_checks import CODE_FILES, check_contents, pickle_problems, resolves_inside, validate_folder
 
-# What a push sends (top level only; besides these, the shards a model.safetensors.index.json names, and the
-# `.sha256` of each weights file): what `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read,
-# the card and the scores it is rendered from. Everything else in the folder stays on this machine.
+# What a push sends at the top level (besides the shards an index names and each weights file's `.sha256`): what
+# `from_pretrained(repo_id, trust_remote_code=True)` and `AutoTokenizer` read, the card and the scores it shows.
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
@@ -44,16 +40,14 @@ MODEL_FILES = (
     "results.json",
 )
 
-# the package's own copy of the remote code files (`model/`)
 MODEL_CODE = resources.files(f"{__package__.rpartition('.')[0]}.model")
 INVALID_TOKEN = "Invalid credentials in Authorization header"  # the Hub's words for a token it does not know
 
 
 @dataclasses.dataclass(frozen=True)
 class PushPlan:
-    """What a push of `folder` sends (`plan_push`): `files` maps each name in the repo to its size in bytes;
-    `left_out` names the folder's other top-level entries; `modified_code` the code files that differ from the
-    installed package's; `card` is the README.md rendered for a folder without one."""
+    """What a push of `folder` sends: each file's name and size, the top-level entries left out, the code files that
+    differ from the installed package's, and the README.md rendered for a folder without one."""
 
     folder: Path
     files: dict[str, int]
@@ -62,7 +56,6 @@ class PushPlan:
     card: str | None = None
 
     def notes(self) -> list[str]:
-        """One line each for what a user should know before it is sent: what stays behind, modified code, the card."""
         lines = []
         if self.left_out:
             lines.append(f"left out (not part of a model repo): {', '.join(self.left_out)}")
@@ -76,16 +69,14 @@ class PushPlan:
         return lines
 
     def listing(self) -> list[str]:
-        """The files to send, one `size name` line each, under a line with their count and total size."""
-        total = sum(self.files.values())
         width = len(str(max(self.files.values(), default=0)))
-        return [f"{len(self.files)} file(s), {total} bytes:"] + [
+        return [f"{len(self.files)} file(s), {sum(self.files.values())} bytes:"] + [
             f"  {size:>{width}}  {name}" for name, size in self.files.items()
         ]
 
 
 def _shard_names(index: Path) -> tuple[list[str], list[str]]:
-    """The shard files a model.safetensors.index.json names, and a problem for each that push could not send."""
+    """The shards an index names, and a problem for each that push could not send."""
     try:
         names = index_shards(index)
     except ModelFolderError:
@@ -100,16 +91,6 @@ def _shard_names(index: Path) -> tuple[list[str], list[str]]:
                 f".safetensors files beside the index; re-save the model with save_pretrained."
             )
     return shards, problems
-
-
-def _modified_code(sources: dict[str, Path]) -> list[str]:
-    """The code files among `sources` that differ from the installed package's copy (where it has one)."""
-    modified = []
-    for name in CODE_FILES:
-        packaged = MODEL_CODE / name
-        if name in sources and packaged.is_file() and packaged.read_bytes() != sources[name].read_bytes():
-            modified.append(name)
-    return modified
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -131,10 +112,8 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
 
     Sent: the top-level `MODEL_FILES`, the shards the index names and each weights file's `.sha256`; everything else
     is left out, not refused, so that a training folder pushes as it is (a pickle anywhere under it is refused). A
-    link out of the folder is never followed: refused under the name of a file that would be sent (copying the file
-    in is the user's decision), else left out. Code that differs from the package's is refused unless
-    `allow_modified_code`. The folder's checks run on the folder as it stands, with the card it would get. A card
-    rendered for a folder without README.md is held in `PushPlan.card`; nothing is written to the folder here.
+    link out of the folder is never followed: refused under the name of a file that would be sent, else left out.
+    Nothing is written to the folder here: a rendered card is held in `PushPlan.card`.
     """
     folder = Path(folder)
     if repo_id is not None:
@@ -182,7 +161,13 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     card = None if rendered is None else str(rendered)
 
     problems += pickle_problems(folder)
-    modified = _modified_code(sources)
+    modified = [  # the code files that differ from the installed package's copy
+        name
+        for name in CODE_FILES
+        if name in sources
+        and (MODEL_CODE / name).is_file()
+        and (MODEL_CODE / name).read_bytes() != sources[name].read_bytes()
+    ]
     if not allow_modified_code:
         problems += [
             f"{name} differs from the installed vanilla_transformer's own copy ({MODEL_CODE / name})"
@@ -241,13 +226,10 @@ def push_folder(
     allow_modified_code: bool = False,
     plan: PushPlan | None = None,
 ) -> CommitInfo:
-    """Upload exactly the files of `plan` (`plan_push`'s, computed here when not given) to `repo_id` in one commit.
-
-    A rendered card is also saved as the folder's README.md. The repo is created when missing (`private` applies
-    then), and `revision` is a branch, created from `main` when missing; with `create_pr` the commit is a pull request
-    against `revision` of an existing repo. Raises `FolderNotReadyError` (nothing sent) or `HubPushError` (the Hub
-    refused; the remote is unchanged). The token comes from `HF_TOKEN` unless given.
-    """
+    """Upload exactly the files of `plan` (`plan_push`'s when not given) to `repo_id` in one commit; a rendered card
+    is also saved as the folder's README.md. The repo is created when missing (`private` applies then), and `revision`
+    is a branch, created from `main` when missing; `create_pr` opens a pull request against `revision` of an existing
+    repo. Raises `FolderNotReadyError` (nothing sent) or `HubPushError` (the Hub refused; the remote is unchanged)."""
     folder = Path(folder)
     check_repo_id(repo_id)
     if plan is None:
@@ -258,12 +240,8 @@ def push_folder(
         )
     if plan.card is not None and not os.path.lexists(folder / "README.md"):
         (folder / "README.md").write_bytes(plan.card.encode("utf-8"))  # the folder keeps the card it was pushed with
-    description = None
-    if plan.modified_code:
-        description = (
-            f"These code files differ from vanilla_transformer's own (pushed with --allow-modified-code): "
-            f"{', '.join(plan.modified_code)}."
-        )
+    modified = ", ".join(plan.modified_code)
+    description = f"These code files differ from vanilla_transformer's own (--allow-modified-code): {modified}."
 
     api = HfApi(token=token)
     try:
@@ -280,22 +258,20 @@ def push_folder(
             revision=revision,
             create_pr=create_pr,
             commit_message=commit_message or f"Upload {plan.folder.name}",
-            commit_description=description,
+            commit_description=description if modified else None,
         )
     except HfHubHTTPError as error:
         raise HubPushError(_explain(error, repo_id, api.endpoint, revision, create_pr)) from error
 
 
-def _count_parameters(weights: Path) -> int:
-    """Parameters as stored (tied matrices once), read from the safetensors header only."""
+def _count_parameters(weights: Path) -> int:  # as stored (tied matrices once), from the header only
     with safe_open(weights, framework="pt") as handle:
         return sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())
 
 
 def card_for_folder(folder: str | Path, repo_id: str | None = None) -> ModelCard | None:
-    """Render a card for a folder that has none, from its run's records; None when there are none. A release folder
-    has `results.json`; a training run's `final/` has `trainer_state.json` in its newest checkpoint and `preset.json`
-    beside it."""
+    """A card rendered from the folder's run records (a release's `results.json`, or a run's newest
+    `trainer_state.json` and its `preset.json`); None when there are none."""
     folder = Path(folder)
     name = repo_id.split("/")[-1] if repo_id else folder.resolve().name
     if (folder / "results.json").is_file():
