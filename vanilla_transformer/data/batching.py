@@ -82,21 +82,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of dataset indices whose padded size stays within `max_tokens` (`length_sorted_batches`), shuffled
     each epoch with `seed + epoch`, so that resuming mid-epoch reproduces the uninterrupted run."""
 
-    def __init__(
-        self,
-        source_lengths: Sequence[int] | np.ndarray,
-        target_lengths: Sequence[int] | np.ndarray,
-        max_tokens: int,
-        shuffle: bool = True,
-        seed: int = 0,
-    ):
+    def __init__(self, source_lengths: Sequence[int], target_lengths: Sequence[int], max_tokens: int, seed: int = 0):
         self.source_lengths = np.asarray(source_lengths, dtype=np.int32)
         self.target_lengths = np.asarray(target_lengths, dtype=np.int32)
         self.order, self.bounds = length_sorted_batches(self.source_lengths, self.target_lengths, max_tokens, seed)
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 0
+        self.seed, self.epoch = seed, 0
 
     @classmethod
     def for_dataset(cls, dataset, max_tokens: int, seed: int = 0) -> "TokenBudgetBatchSampler":
@@ -107,10 +97,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = np.arange(len(self))
-        if self.shuffle:
-            batches = np.random.default_rng(self.seed + self.epoch).permutation(batches)
-        for batch in batches.tolist():
+        for batch in np.random.default_rng(self.seed + self.epoch).permutation(len(self)).tolist():
             yield self.order[self.bounds[batch] : self.bounds[batch + 1]].tolist()
 
     def __len__(self) -> int:
