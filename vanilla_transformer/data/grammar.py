@@ -39,11 +39,6 @@ class Noun:
     german_plural: str
     kind: str  # what the noun denotes, so that verbs, adjectives and prepositions pick sensible nouns
 
-    @property
-    def german_dative_plural(self) -> str:
-        # Dative plurals add -n unless the plural already ends in -n or -s: den Hunden, den Frauen, den Parks.
-        return self.german_plural if self.german_plural.endswith(("n", "s")) else self.german_plural + "n"
-
 
 @dataclass(frozen=True)
 class Verb:
@@ -257,8 +252,10 @@ def _german_noun_phrase(phrase: NounPhrase, case: str) -> list[str]:
         words.append(ADJECTIVES[phrase.adjective][0] + ending)
     if not phrase.is_plural:
         words.append(noun.german)
+    elif case == DATIVE and not noun.german_plural.endswith(("n", "s")):
+        words.append(noun.german_plural + "n")  # den Hunden, but den Frauen, den Parks
     else:
-        words.append(noun.german_dative_plural if case == DATIVE else noun.german_plural)
+        words.append(noun.german_plural)
     return words
 
 
@@ -344,19 +341,15 @@ def grammar_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
     if not 0 <= num_pairs <= MAX_PAIRS:
         raise DataError(f"Cannot generate {num_pairs} grammar pairs: the number must be between 0 and {MAX_PAIRS}")
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = []
-    seen: set[str] = set()
+    pairs: dict[str, str] = {}  # English → German, in the order drawn
     max_attempts = ATTEMPTS_PER_PAIR * num_pairs
     for _ in range(max_attempts):
         if len(pairs) == num_pairs:
             break
-        english, german = render(_sample_sentence(rng))
-        if english not in seen:
-            seen.add(english)
-            pairs.append((english, german))
+        pairs.setdefault(*render(_sample_sentence(rng)))
     if len(pairs) < num_pairs:
         raise DataError(
             f"Found only {len(pairs)} distinct grammar pairs in {max_attempts} attempts, {num_pairs} were asked for "
             f"(the maximum is {MAX_PAIRS})"
         )
-    return pairs
+    return list(pairs.items())
