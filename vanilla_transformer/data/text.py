@@ -2,10 +2,9 @@
 layout of parallel corpora (`{split}.{lang}`) and of `translate`'s input and output."""
 
 import hashlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
 from ..errors import DataError
 
@@ -87,15 +86,9 @@ def count_lines(path: str | Path) -> int:
     return lines + (last != b"\n")
 
 
-def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
-    """Write one line per item to `path` (UTF-8, `\n` line ends) or to `stream`, so that line N of the output
-    belongs to line N of the input. Line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise
-    split it into several lines; returns how many items had them."""
-    broken = sum(1 for line in lines if "\n" in line or "\r" in line)
+def write_lines(path: str | Path, lines: list[str]) -> None:
+    """Write one line per item to `path` (UTF-8, `\n` line ends), so that line N of the output belongs to line N of the
+    input: line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise split it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     text = "".join(line.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
-    if path is None:
-        (stream or sys.stdout).write(text)
-    else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8", newline="\n")
-    return broken
+    Path(path).write_text(text, encoding="utf-8", newline="\n")
