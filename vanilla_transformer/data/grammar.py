@@ -299,8 +299,6 @@ ADJECTIVE_RATE = 0.4  # share of noun phrases with an adjective
 PREPOSITION_RATE = 0.6  # share of sentences with a prepositional phrase
 # (determiner, plural), repeated to weight singulars ahead of each plural variant.
 _DETERMINER_CHOICES = (("the", False),) * 2 + (("a", False),) * 2 + (("the", True), ("two", True), ("three", True))
-_VERB_NAMES = tuple(VERBS)
-_PREPOSITION_NAMES = tuple(PREPOSITIONS)
 
 
 def _nouns_of_kinds(kinds: tuple[str, ...], excluded: list[str]) -> list[str]:
@@ -317,7 +315,7 @@ def _sample_noun_phrase(rng: random.Random, nouns: list[str] | tuple[str, ...]) 
 
 
 def _sample_sentence(rng: random.Random) -> Sentence:
-    verb = _pick(rng, _VERB_NAMES)
+    verb = _pick(rng, tuple(VERBS))
     # No noun occurs twice in one sentence ("the dog sees the dog"), which reads as a mistake.
     used: list[str] = []
     subjects = []
@@ -328,7 +326,7 @@ def _sample_sentence(rng: random.Random) -> Sentence:
     used.append(direct_object.noun)
     if rng.random() >= PREPOSITION_RATE:
         return Sentence(tuple(subjects), verb, direct_object)
-    preposition = _pick(rng, _PREPOSITION_NAMES)
+    preposition = _pick(rng, tuple(PREPOSITIONS))
     # Never empty: subjects are animate, so a place preposition loses at most the object's noun (each has three or
     # more), and with/for/without lose at most three of their eleven animate nouns.
     nouns = [noun for noun in PREPOSITIONS[preposition].nouns if noun not in used]

@@ -149,8 +149,7 @@ def multi30k_dir(
     given, origin = (data_dir, "data_dir") if data_dir is not None else (os.environ.get(MULTI30K_ENV), MULTI30K_ENV)
     if given:
         folder = Path(given).expanduser()
-        lacking = [lang for lang in languages if not any(folder.glob(f"*.{lang}"))]
-        if lacking:
+        if lacking := [lang for lang in languages if not any(folder.glob(f"*.{lang}"))]:
             problem = f"holds no {{split}}.{lacking[0]} files" if folder.is_dir() else "is not a folder"
             raise Multi30kUnavailable(
                 f"{origin}={folder} {problem}; give a folder of Multi30k's layout ({{split}}.{{lang}}, e.g. "
@@ -159,8 +158,7 @@ def multi30k_dir(
             )
         return folder
 
-    unknown = sorted(set(languages) - {_language(path) for path in SERVED})
-    if unknown:
+    if unknown := sorted(set(languages) - {_language(path) for path in SERVED}):
         raise DataError(f"Multi30k has no {', '.join(unknown)} files; its languages are en, de, fr and cs.")
     folder = cache_dir()
     missing, damaged = _check_cache(folder, [path for path in SERVED if _language(path) in languages])
