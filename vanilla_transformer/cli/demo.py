@@ -26,15 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..training.presets import TRAINING_PRESETS
 
     # the demo averages its last checkpoints, and saves at most one per update
-    average_last = TRAINING_PRESETS["demo"].average_last
+    least = TRAINING_PRESETS["demo"].average_last
     parser.add_argument(
         "--output-dir", default="outputs/demo", type=output_dir, help="where the run and its final folder go"
     )
     parser.add_argument(
         "--max-steps",
-        type=int_in_range(
-            average_last, fix=f"give {average_last} or more, one update per checkpoint the demo averages"
-        ),
+        type=int_in_range(least, fix=f"give {least} or more, one update per checkpoint the demo averages"),
         help="shorter or longer than the demo preset's updates",
     )
 
@@ -87,11 +85,9 @@ def run_demo(output_dir: str, max_steps: int | None = None, release: str | Path 
 
     release = Path(release)
     if (release / "model.safetensors").is_file():
-        released, released_tokenizer = load_model_and_tokenizer(release)
         print(f"the released Multi30k model ({release.name}) on real sentences:")
-        for source, hypothesis in zip(
-            REAL_SENTENCES, translate(released, released_tokenizer, REAL_SENTENCES), strict=True
-        ):
+        released = translate(*load_model_and_tokenizer(release), REAL_SENTENCES)
+        for source, hypothesis in zip(REAL_SENTENCES, released, strict=True):
             print(f"  {source}  →  {hypothesis}")
     else:
         print(

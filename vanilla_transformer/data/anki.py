@@ -58,10 +58,7 @@ def split_indices(
     first_with = {}
     for index, (english, other, _) in enumerate(triples):
         for key in (("en", english), ("other", other)):
-            if key in first_with:
-                parent[root(index)] = root(first_with[key])
-            else:
-                first_with[key] = index
+            parent[root(index)] = root(first_with.setdefault(key, index))
     groups: dict[int, list[int]] = {}
     for index in range(len(triples)):
         groups.setdefault(root(index), []).append(index)

@@ -37,14 +37,10 @@ def length_sorted_batches(
     """`(order, bounds)`: the pair indices sorted by source then target length, ties broken at random from `seed`,
     and batch `b` as `order[bounds[b]:bounds[b + 1]]`, cut greedily so that each one's *padded* size,
     `len(batch)·(max(source) + max(target))`, stays within `max_tokens`; a longer pair raises an error."""
-    # 32-bit lengths and indices: a sampler over WMT14's 4.5M pairs holds ~80 MB at its peak, not ~350
-    source_lengths = np.asarray(source_lengths, dtype=np.int32)
-    target_lengths = np.asarray(target_lengths, dtype=np.int32)
     if source_lengths.shape != target_lengths.shape:
         raise DataError(f"{len(source_lengths)} source lengths but {len(target_lengths)} target lengths.")
     longest = int((source_lengths.astype(np.int64) + target_lengths).max(initial=0))
-    problem = longest_pair_problem(longest, max_tokens)
-    if problem:
+    if problem := longest_pair_problem(longest, max_tokens):
         raise DataError(problem)
     # a seeded shuffle, then two stable sorts (radix sorts on 16-bit keys): the same order on every machine
     order = np.random.default_rng(seed).permutation(len(source_lengths)).astype(np.int32)
@@ -82,35 +78,22 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of dataset indices whose padded size stays within `max_tokens` (`length_sorted_batches`), shuffled
     each epoch with `seed + epoch`, so that resuming mid-epoch reproduces the uninterrupted run."""
 
-    def __init__(
-        self,
-        source_lengths: Sequence[int] | np.ndarray,
-        target_lengths: Sequence[int] | np.ndarray,
-        max_tokens: int,
-        shuffle: bool = True,
-        seed: int = 0,
-    ):
+    def __init__(self, source_lengths: Sequence[int], target_lengths: Sequence[int], max_tokens: int, seed: int = 0):
+        # 32-bit lengths and indices: a sampler over WMT14's 4.5M pairs holds ~80 MB at its peak, not ~350
         self.source_lengths = np.asarray(source_lengths, dtype=np.int32)
         self.target_lengths = np.asarray(target_lengths, dtype=np.int32)
         self.order, self.bounds = length_sorted_batches(self.source_lengths, self.target_lengths, max_tokens, seed)
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 0
+        self.seed, self.epoch = seed, 0
 
     @classmethod
     def for_dataset(cls, dataset, max_tokens: int, seed: int = 0) -> "TokenBudgetBatchSampler":
-        """The sampler of a tokenized dataset (`dataset_lengths`)."""
         return cls(*dataset_lengths(dataset), max_tokens, seed=seed)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = np.arange(len(self))
-        if self.shuffle:
-            batches = np.random.default_rng(self.seed + self.epoch).permutation(batches)
-        for batch in batches.tolist():
+        for batch in np.random.default_rng(self.seed + self.epoch).permutation(len(self)).tolist():
             yield self.order[self.bounds[batch] : self.bounds[batch + 1]].tolist()
 
     def __len__(self) -> int:

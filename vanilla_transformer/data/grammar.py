@@ -39,11 +39,6 @@ class Noun:
     german_plural: str
     kind: str  # what the noun denotes, so that verbs, adjectives and prepositions pick sensible nouns
 
-    @property
-    def german_dative_plural(self) -> str:
-        # Dative plurals add -n unless the plural already ends in -n or -s: den Hunden, den Frauen, den Parks.
-        return self.german_plural if self.german_plural.endswith(("n", "s")) else self.german_plural + "n"
-
 
 @dataclass(frozen=True)
 class Verb:
@@ -257,8 +252,10 @@ def _german_noun_phrase(phrase: NounPhrase, case: str) -> list[str]:
         words.append(ADJECTIVES[phrase.adjective][0] + ending)
     if not phrase.is_plural:
         words.append(noun.german)
+    elif case == DATIVE and not noun.german_plural.endswith(("n", "s")):
+        words.append(noun.german_plural + "n")  # den Hunden, but den Frauen, den Parks
     else:
-        words.append(noun.german_dative_plural if case == DATIVE else noun.german_plural)
+        words.append(noun.german_plural)
     return words
 
 
@@ -302,8 +299,6 @@ ADJECTIVE_RATE = 0.4  # share of noun phrases with an adjective
 PREPOSITION_RATE = 0.6  # share of sentences with a prepositional phrase
 # (determiner, plural), repeated to weight singulars ahead of each plural variant.
 _DETERMINER_CHOICES = (("the", False),) * 2 + (("a", False),) * 2 + (("the", True), ("two", True), ("three", True))
-_VERB_NAMES = tuple(VERBS)
-_PREPOSITION_NAMES = tuple(PREPOSITIONS)
 
 
 def _nouns_of_kinds(kinds: tuple[str, ...], excluded: list[str]) -> list[str]:
@@ -320,7 +315,7 @@ def _sample_noun_phrase(rng: random.Random, nouns: list[str] | tuple[str, ...]) 
 
 
 def _sample_sentence(rng: random.Random) -> Sentence:
-    verb = _pick(rng, _VERB_NAMES)
+    verb = _pick(rng, tuple(VERBS))
     # No noun occurs twice in one sentence ("the dog sees the dog"), which reads as a mistake.
     used: list[str] = []
     subjects = []
@@ -331,7 +326,7 @@ def _sample_sentence(rng: random.Random) -> Sentence:
     used.append(direct_object.noun)
     if rng.random() >= PREPOSITION_RATE:
         return Sentence(tuple(subjects), verb, direct_object)
-    preposition = _pick(rng, _PREPOSITION_NAMES)
+    preposition = _pick(rng, tuple(PREPOSITIONS))
     # Never empty: subjects are animate, so a place preposition loses at most the object's noun (each has three or
     # more), and with/for/without lose at most three of their eleven animate nouns.
     nouns = [noun for noun in PREPOSITIONS[preposition].nouns if noun not in used]
@@ -344,19 +339,15 @@ def grammar_pairs(num_pairs: int, seed: int = 0) -> list[tuple[str, str]]:
     if not 0 <= num_pairs <= MAX_PAIRS:
         raise DataError(f"Cannot generate {num_pairs} grammar pairs: the number must be between 0 and {MAX_PAIRS}")
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = []
-    seen: set[str] = set()
+    pairs: dict[str, str] = {}  # English → German, in the order drawn
     max_attempts = ATTEMPTS_PER_PAIR * num_pairs
     for _ in range(max_attempts):
         if len(pairs) == num_pairs:
             break
-        english, german = render(_sample_sentence(rng))
-        if english not in seen:
-            seen.add(english)
-            pairs.append((english, german))
+        pairs.setdefault(*render(_sample_sentence(rng)))
     if len(pairs) < num_pairs:
         raise DataError(
             f"Found only {len(pairs)} distinct grammar pairs in {max_attempts} attempts, {num_pairs} were asked for "
             f"(the maximum is {MAX_PAIRS})"
         )
-    return pairs
+    return list(pairs.items())

@@ -135,24 +135,21 @@ def multi30k_dir(
     languages: Iterable[str] = ("en", "de"),
     base_url: str | None = None,
 ) -> Path:
-    """The folder of Multi30k files for `languages`: `data_dir` when given, else the folder named by
-    `$VANILLA_TRANSFORMER_MULTI30K`, else the download cache (`cache_dir()`).
+    """The folder of Multi30k files for `languages`: `data_dir` when given, else `$VANILLA_TRANSFORMER_MULTI30K`,
+    else the download cache (`cache_dir()`).
 
     A given folder is the user's own data, only checked to hold `{split}.{lang}` files of each language: it may
-    rightly hold other versions (WMT16's val.de differs in 61 lines, a re-tokenized `tok/`, a subset);
-    `holds_multi30k` tells whether it holds the official files.
+    rightly hold other versions (WMT16's val.de differs in 61 lines, a re-tokenized `tok/`, a subset).
 
-    The cache is filled from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else `OFFICIAL_URL`), all files
-    checked before any moves into place, and checked again before each use (`_check_cache`); a file missing or
-    damaged is downloaded again. `download=False`, or the official URL while `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE`
-    is set, raises `Multi30kUnavailable` instead of going online.
+    The cache is filled from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else `OFFICIAL_URL`) and
+    checked before each use (`_check_cache`); a file missing or damaged is downloaded again. `download=False`, or the
+    official URL while `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE` is set, raises `Multi30kUnavailable` instead.
     """
     languages = tuple(languages)
     given, origin = (data_dir, "data_dir") if data_dir is not None else (os.environ.get(MULTI30K_ENV), MULTI30K_ENV)
     if given:
         folder = Path(given).expanduser()
-        lacking = [lang for lang in languages if not any(folder.glob(f"*.{lang}"))]
-        if lacking:
+        if lacking := [lang for lang in languages if not any(folder.glob(f"*.{lang}"))]:
             problem = f"holds no {{split}}.{lacking[0]} files" if folder.is_dir() else "is not a folder"
             raise Multi30kUnavailable(
                 f"{origin}={folder} {problem}; give a folder of Multi30k's layout ({{split}}.{{lang}}, e.g. "
@@ -161,8 +158,7 @@ def multi30k_dir(
             )
         return folder
 
-    unknown = sorted(set(languages) - {_language(path) for path in SERVED})
-    if unknown:
+    if unknown := sorted(set(languages) - {_language(path) for path in SERVED}):
         raise DataError(f"Multi30k has no {', '.join(unknown)} files; its languages are en, de, fr and cs.")
     folder = cache_dir()
     missing, damaged = _check_cache(folder, [path for path in SERVED if _language(path) in languages])
@@ -203,8 +199,7 @@ def cache_dir() -> Path:
 
 
 def local_name(path: str) -> str:
-    """Where a file of `SERVED` lies in a Multi30k folder: `raw/val.en.gz` → `valid.en`, `tok/val.lc.norm.tok.en` →
-    `tok/valid.lc.norm.tok.en`."""
+    """Where a file of `SERVED` lies in a Multi30k folder: `raw/val.en.gz` → `valid.en`."""
     ours = {official: split for split, official in SPLITS.items()}
     kind, name = path.split("/")
     official, rest = name.split(".", 1)
@@ -223,8 +218,7 @@ def holds_multi30k(folder: str | Path, names: Iterable[str] = ("train.en", "trai
 
 
 def pinned(path: str) -> tuple[int, str]:
-    """The size and sha256 of a file of `SERVED` as a Multi30k folder stores it: a raw file gunzipped, a `tok/` file
-    as served."""
+    """The size and sha256 of a file of `SERVED` as a Multi30k folder stores it (a raw file gunzipped)."""
     return GUNZIPPED[local_name(path)] if path.endswith(".gz") else SERVED[path]
 
 
@@ -275,7 +269,6 @@ def _check_cache(folder: Path, paths: list[str]) -> tuple[list[str], dict[str, s
 
 
 def _read_record(folder: Path) -> dict[str, list]:
-    """The `RECORD` of `folder`; {} when it is missing or unreadable (every file is then hashed again)."""
     try:
         files = json.loads((folder / RECORD).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -284,9 +277,7 @@ def _read_record(folder: Path) -> dict[str, list]:
 
 
 def _write_record(folder: Path, files: dict[str, list]) -> None:
-    """Store `files` as the `RECORD` of `folder`, atomically; a cache it cannot write to (read-only, shared) only costs
-    the hashing again next time."""
-    try:
+    try:  # a cache it cannot write to (read-only, shared) only costs the hashing again next time
         with atomic_file(folder / RECORD) as staging:
             staging.write_text(json.dumps({"commit": COMMIT, "files": files}, indent=1, sort_keys=True))
     except OSError as error:
@@ -294,8 +285,8 @@ def _write_record(folder: Path, files: dict[str, list]) -> None:
 
 
 def _download(paths: list[str], folder: Path, base_url: str) -> None:
-    """Fetch and check `paths` in a temporary folder beside `folder`, then move them all into place and record them as
-    checked, so a failed download leaves nothing behind."""
+    """Fetch and check `paths` in a folder beside `folder`, then move them all into place: a failed download leaves
+    nothing behind."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     logger.info(f"downloading {len(paths)} Multi30k files from {base_url} into {folder}")
     staging = fresh_staging_folder(folder)
@@ -318,15 +309,10 @@ def _download(paths: list[str], folder: Path, base_url: str) -> None:
             os.replace(staging / local_name(path), folder / local_name(path))
     finally:
         remove_path(staging)
-    record = _read_record(folder)
-    for path in paths:
-        stat = (folder / local_name(path)).stat()
-        record[local_name(path)] = [stat.st_size, stat.st_mtime_ns, pinned(path)[1]]
-    _write_record(folder, record)
+    _check_cache(folder, paths)  # hashes them once more, which records them as checked
 
 
 def _fetch(path: str, base_url: str, folder: Path) -> bytes:
-    """The bytes of `path` from `base_url`, which must have its `SERVED` size and sha256."""
     url, (size, sha256) = f"{base_url}/{COMMIT}/data/task1/{path}", SERVED[path]
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:

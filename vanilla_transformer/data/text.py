@@ -2,10 +2,9 @@
 layout of parallel corpora (`{split}.{lang}`) and of `translate`'s input and output."""
 
 import hashlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
 from ..errors import DataError
 
@@ -19,43 +18,32 @@ def check_text_file(path: Path) -> None:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file without their line ends, by `decode_line`'s rules.
-
-    Lines end at `\n` only: Unicode line separators, form feeds and other control characters stay inside their line
-    (Python's `str.splitlines` would split there and misalign a parallel corpus).
-    """
+    """The lines of a UTF-8 text file without their line ends, by `iter_lines`' rules."""
     path = Path(path)
     check_text_file(path)
     with path.open("rb") as handle:
-        return read_stream_lines(handle, str(path))
-
-
-def read_stream_lines(handle: BinaryIO, name: str) -> list[str]:
-    """`read_lines` for an open binary stream (e.g. `sys.stdin.buffer`); `name` is what error messages call it."""
-    return list(iter_lines(handle, name))
+        return list(iter_lines(handle, str(path)))
 
 
 def iter_lines(handle: BinaryIO, name: str) -> Iterator[str]:
-    """The lines of an open binary stream one at a time, by `decode_line`'s rules (a file larger than memory is read
-    in constant memory)."""
+    """The lines of an open binary stream one at a time (constant memory); `name` is what error messages call it.
+
+    Lines end at `\n` only: Unicode line separators, form feeds and other control characters stay inside their line
+    (Python's `str.splitlines` would split there and misalign a parallel corpus). A `\r` before the `\n` is removed
+    (CRLF files read as LF files) and a byte-order mark is dropped from line 1; a byte that is not UTF-8 raises an
+    error naming the file and the line. The one decoder of every reader here.
+    """
     for number, raw in enumerate(handle, start=1):
-        yield decode_line(raw, name, number)
-
-
-def decode_line(raw: bytes, name: str, number: int) -> str:
-    """Line `number` (1-based) of the file `name`, from its bytes up to and including the `\n`: the `\n` and a `\r`
-    before it are removed (CRLF files read as LF files) and a byte-order mark is dropped from line 1. A byte that is
-    not UTF-8 raises an error naming the file and the line. The one decoder of every reader here."""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(
-            f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
-            f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
-        ) from None
-    if number == 1:
-        line = line.removeprefix("\ufeff")
-    return line.removesuffix("\n").removesuffix("\r")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                f"{name}, line {number}: not UTF-8 ({error.reason} at byte {error.start}); convert the file, "
+                f"e.g. `iconv -f latin1 -t utf-8 {Path(name).name}`."
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        yield line.removesuffix("\n").removesuffix("\r")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -98,15 +86,9 @@ def count_lines(path: str | Path) -> int:
     return lines + (last != b"\n")
 
 
-def write_lines(path: str | Path | None, lines: list[str], stream: TextIO | None = None) -> int:
-    """Write one line per item to `path` (UTF-8, `\n` line ends) or to `stream`, so that line N of the output
-    belongs to line N of the input. Line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise
-    split it into several lines; returns how many items had them."""
-    broken = sum(1 for line in lines if "\n" in line or "\r" in line)
+def write_lines(path: str | Path, lines: list[str]) -> None:
+    """Write one line per item to `path` (UTF-8, `\n` line ends), so that line N of the output belongs to line N of the
+    input: line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise split it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     text = "".join(line.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
-    if path is None:
-        (stream or sys.stdout).write(text)
-    else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8", newline="\n")
-    return broken
+    Path(path).write_text(text, encoding="utf-8", newline="\n")

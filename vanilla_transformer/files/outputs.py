@@ -167,18 +167,20 @@ def check_output_folder(
     )
 
 
-def _missing_parents(path: Path) -> list[Path]:
-    """The folders above `path` that do not exist yet, innermost first: those a write creates and, failing, removes."""
-    return [parent for parent in path.parents if not parent.exists()]
-
-
-def _remove_if_empty(folders: list[Path]) -> None:
-    """Remove each of `folders` (innermost first) that is empty: the folders a failed write created, and only them."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
+@contextmanager
+def _parents_made(path: Path) -> Iterator[None]:
+    """Make the folders above `path`; on leaving, remove those of them left empty (innermost first): the folders a
+    failed write created, and only them; after a success the first one holds the output and stops the removal."""
+    created = [parent for parent in path.parents if not parent.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    finally:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 @contextmanager
@@ -190,16 +192,11 @@ def staged_folder(
     runs, and checked again before it is replaced: it may have changed while the work ran."""
     check_output_folder(destination, kind, overwrite, flag)
     destination = real_path(destination)
-    created = _missing_parents(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with atomic_folder(destination) as staging:
-            yield staging
-            write_marker(staging, kind, command)
-            if check_output_folder(destination, kind, overwrite, flag):
-                logger.warning("--overwrite: replacing %s, which vanilla-transformer did not write", destination)
-    finally:
-        _remove_if_empty(created)  # stops at the first folder not empty: after a success, the one holding the output
+    with _parents_made(destination), atomic_folder(destination) as staging:
+        yield staging
+        write_marker(staging, kind, command)
+        if check_output_folder(destination, kind, overwrite, flag):
+            logger.warning("--overwrite: replacing %s, which vanilla-transformer did not write", destination)
 
 
 @contextmanager
@@ -207,19 +204,13 @@ def staged_file(destination: PathLike, flag: str = "--output", suffix: str = "")
     """A hidden path (`data.staging.atomic_file`) for the block to write that replaces `destination` only when the
     block completes. A device or pipe (`/dev/stdout`) is written directly. `suffix` ends the hidden name, for writers
     that choose the format by it (`.png`)."""
+    check_output_file(destination, flag=flag)
     path = real_path(destination)  # a symlink keeps pointing at the new file
-    if path.is_dir():
-        raise OutputError(f"{flag} {destination} is a folder: give the path of a file to write.")
     if path.exists() and not path.is_file():
         yield path
         return
-    created = _missing_parents(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with atomic_file(path, suffix) as staging:
-            yield staging
-    finally:
-        _remove_if_empty(created)  # stops at the first folder not empty: after a success, the one holding the output
+    with _parents_made(path), atomic_file(path, suffix) as staging:
+        yield staging
 
 
 def write_text_atomic(path: PathLike, text: str, flag: str = "--output") -> Path:
