@@ -127,7 +127,11 @@ def test_a_partial_output_of_other_work_is_refused_not_replaced(model_folder, so
     path, _ = sources
     partial = tmp_path / "out.de.partial"
     partial.write_text("the first half of another file's translation\n")
-    with pytest.raises(SystemExit) as exited:
-        run("--model", str(model_folder), "--input", str(path), "--output", str(tmp_path / "out.de"))
-    assert exited.value.code == 2 and "holds part of an earlier run's output" in capsys.readouterr().err
-    assert partial.read_text() == "the first half of another file's translation\n"
+    record = tmp_path / "out.de.partial.json"
+    for damaged in (None, "[]", '{"identity": {}}', "{not json"):  # no record, or one that is not ours
+        if damaged is not None:
+            record.write_text(damaged)
+        with pytest.raises(SystemExit) as exited:
+            run("--model", str(model_folder), "--input", str(path), "--output", str(tmp_path / "out.de"))
+        assert exited.value.code == 2 and "holds part of an earlier run's output" in capsys.readouterr().err
+        assert partial.read_text() == "the first half of another file's translation\n"

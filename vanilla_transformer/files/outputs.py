@@ -21,7 +21,7 @@ import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..data.staging import atomic_file, atomic_folder
@@ -120,7 +120,7 @@ def write_marker(folder: PathLike, kind: str, command: str) -> Path:
     marker = {
         "kind": kind,
         "command": command,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "version": __version__,
     }
     path = Path(folder) / MARKER_NAME
@@ -298,14 +298,14 @@ def chunked_output(destination: str, identity: dict | None) -> Iterator[ChunkedF
     if os.path.lexists(partial):
         try:
             state = json.loads(record.read_text())
-        except (OSError, ValueError):
+            done, size = int(state["inputs"]), int(state["bytes"])
+        except (OSError, ValueError, TypeError, KeyError):  # no record, or one that does not read as ours
             state = None
         if state is None or identity is None or state.get("identity") != identity:
             raise OutputError(
                 f"{partial} holds part of an earlier run's output for other input, model or decoding (its record "
                 f"{record.name} says which): finish that run with its own command, or move or delete {partial}."
             )
-        done, size = state["inputs"], state["bytes"]
         logger.info("continuing %s after the %d input lines its earlier run finished", partial, done)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(partial, "r+" if done else "w", encoding="utf-8", newline="\n") as handle:
