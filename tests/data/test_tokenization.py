@@ -11,7 +11,6 @@ from vanilla_transformer.data.tokenization import (
     load_tokenizer,
     lowercases,
     round_trip_failures,
-    save_tokenizer,
     tokenizer_fingerprint,
     train_joint_bpe,
 )
@@ -37,7 +36,8 @@ def test_round_trip_every_multi30k_training_line(multi30k, tmp_path):
     assert len(tokenizer) == 8000
     assert round_trip_failures(tokenizer, texts) == []
     # AutoTokenizer loads the saved folder with the model's special-token ids
-    loaded = AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path))
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
     ids = {name: getattr(loaded, f"{name}_token_id") for name in ("pad", "bos", "eos", "unk")}
     assert ids == {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
     encoded = loaded("Ein Hund läuft.")["input_ids"]
@@ -68,7 +68,8 @@ def test_empty_training_text_is_an_error():
 def test_a_lowercasing_tokenizer_lowercases_every_text_and_keeps_doing_so_when_loaded(tmp_path):
     texts = ["Ein Mann fährt ÜBER die Straße.", "A man drives across the street.", "Zwei Hunde spielen."] * 20
     tokenizer = train_joint_bpe(texts, vocab_size=400, lowercase=True)
-    loaded = AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path))
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
     for text in ["Ein Mann fährt ÜBER die Straße.", "ZWEI Äpfel"]:
         assert loaded.decode(loaded(text)["input_ids"], skip_special_tokens=True) == text.lower()
         assert loaded(text)["input_ids"] == loaded(text.lower())["input_ids"]
@@ -80,7 +81,8 @@ def test_a_lowercasing_tokenizer_lowercases_every_text_and_keeps_doing_so_when_l
 
 
 def test_a_loaded_tokenizer_saved_again_writes_only_its_own_settings(builtin_tokenizer, tmp_path):
-    first = save_tokenizer(builtin_tokenizer, tmp_path / "first")
+    first = tmp_path / "first"
+    builtin_tokenizer.save_pretrained(first)
     for name, loader in (("auto", AutoTokenizer.from_pretrained), ("ours", load_tokenizer)):
         loader(first, local_files_only=True).save_pretrained(tmp_path / name)
     # transformers records how a tokenizer was loaded and writes it out again; our loader forgets it
@@ -94,7 +96,8 @@ def test_a_loaded_tokenizer_saved_again_writes_only_its_own_settings(builtin_tok
 def test_the_fingerprint_survives_saving_and_loading(builtin_tokenizer, tmp_path):
     expected = tokenizer_fingerprint(builtin_tokenizer)
     assert len(expected) == 64 and int(expected, 16) >= 0
-    first = save_tokenizer(builtin_tokenizer, tmp_path / "first")
+    first = tmp_path / "first"
+    builtin_tokenizer.save_pretrained(first)
     assert tokenizer_fingerprint(load_tokenizer(first)) == expected
     assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(first)) == expected
     AutoTokenizer.from_pretrained(first).save_pretrained(tmp_path / "again")  # with transformers' load-time keys
@@ -104,7 +107,7 @@ def test_the_fingerprint_survives_saving_and_loading(builtin_tokenizer, tmp_path
 
 def test_merges_as_strings_give_the_same_fingerprint(builtin_tokenizer, tmp_path):
     """tokenizers before 0.20 wrote each merge as one string "a b"; newer ones read both."""
-    save_tokenizer(builtin_tokenizer, tmp_path)
+    builtin_tokenizer.save_pretrained(tmp_path)
     data = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
     data["model"]["merges"] = [" ".join(pair) for pair in data["model"]["merges"]]
     (tmp_path / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
@@ -121,7 +124,8 @@ def _edited_copy(source, target, edit) -> str:
 
 
 def test_the_fingerprint_changes_with_what_the_ids_mean(builtin_tokenizer, tmp_path):
-    saved = save_tokenizer(builtin_tokenizer, tmp_path / "saved")
+    saved = tmp_path / "saved"
+    builtin_tokenizer.save_pretrained(saved)
     fingerprints = {tokenizer_fingerprint(builtin_tokenizer)}
 
     # another run's tokenizer: other text, same special-token ids

@@ -18,7 +18,6 @@ from conftest import command_main, run_in_process, tiny_model
 
 from vanilla_transformer.cli.main import main
 from vanilla_transformer.data.staging import staging_leftovers, writer_tag
-from vanilla_transformer.data.tokenization import save_tokenizer
 from vanilla_transformer.errors import OutputError
 from vanilla_transformer.files.outputs import (
     MARKER_NAME,
@@ -76,7 +75,7 @@ def run_dir(tmp_path, builtin_tokenizer) -> Path:
     """A Trainer run as `vanilla-transformer train` leaves it: three checkpoints with optimizer, scheduler and trainer
     state and the run's tokenizer, tokenizer/, preset.json and an averaged final/."""
     run = tmp_path / "run"
-    save_tokenizer(builtin_tokenizer, run / "tokenizer")
+    builtin_tokenizer.save_pretrained(run / "tokenizer")
     (run / "preset.json").write_text(json.dumps(get_training_preset("demo").as_dict(), indent=2) + "\n")
     for seed, step in enumerate((10, 20, 30)):
         folder = run / f"checkpoint-{step}"

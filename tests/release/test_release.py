@@ -19,7 +19,6 @@ from vanilla_transformer.data.text import read_lines
 from vanilla_transformer.data.tokenization import (
     load_tokenizer,
     lowercases,
-    save_tokenizer,
     tokenizer_fingerprint,
     train_joint_bpe,
 )
@@ -462,7 +461,7 @@ def test_train_command_adds_the_runs_recorded_settings_as_flags_the_train_comman
 
 def test_the_reproduce_line_of_a_run_given_a_tokenizer_or_a_bpe_sample_carries_it(tmp_path, builtin_tokenizer):
     given = tmp_path / "my tokenizer"
-    save_tokenizer(builtin_tokenizer, given)
+    builtin_tokenizer.save_pretrained(given)
     args = build_parser().parse_args(["train", "--output-dir", "out", "--tokenizer", str(given)])
     settings = TrainingSettings.from_arguments(args, "train", None)
     line = train_command(settings.record(), "out")

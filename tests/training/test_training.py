@@ -9,7 +9,6 @@ from vanilla_transformer.data.batching import TokenBudgetBatchSampler
 from vanilla_transformer.data.corpora import load_builtin
 from vanilla_transformer.data.tokenization import (
     load_tokenizer,
-    save_tokenizer,
     tokenizer_fingerprint,
     tokenizer_sample,
     train_joint_bpe,
@@ -33,7 +32,7 @@ def test_the_bpe_sample_is_seeded_distinct_in_corpus_order_and_whole_when_small(
 def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_path, builtin_tokenizer):
     preset = get_training_preset("demo")
     corpus = load_builtin("valid")
-    save_tokenizer(builtin_tokenizer, tmp_path / "given")
+    builtin_tokenizer.save_pretrained(tmp_path / "given")
 
     def given(path):
         return TrainingSettings(preset, tmp_path / "run", tokenizer_path=path)
@@ -45,7 +44,7 @@ def test_a_given_tokenizer_is_kept_in_the_run_and_another_refused_on_resume(tmp_
     build_tokenizer(given(tmp_path / "given"), RunFolder.read(tmp_path / "run"), corpus)
     build_tokenizer(given(None), RunFolder.read(tmp_path / "run"), corpus)
     other = train_joint_bpe([pair["en"] for pair in corpus["translation"]], vocab_size=300)
-    save_tokenizer(other, tmp_path / "other")
+    other.save_pretrained(tmp_path / "other")
     with pytest.raises(SettingsError, match=r"--tokenizer .*other is not the tokenizer the run in .*run was started"):
         build_tokenizer(given(tmp_path / "other"), RunFolder.read(tmp_path / "run"), corpus)
     # the run records where its tokenizer came from; a resume keeps that origin even once the folder is gone

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..data.corpora import corpus_location, load_corpus
-    from ..data.tokenization import round_trip_failures, save_tokenizer, train_joint_bpe
+    from ..data.tokenization import round_trip_failures, train_joint_bpe
     from ..files.outputs import check_not_an_input, check_output_folder, staged_folder
 
     # before the corpus loads: the folder holds no input, and replaces only a tokenizer folder of ours
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> None:
     texts = [pair[args.source_lang] for pair in pairs] + [pair[args.target_lang] for pair in pairs]
     tokenizer = train_joint_bpe(texts, vocab_size=args.vocab_size, lowercase=args.lowercase)
     with staged_folder(args.output_dir, "tokenizer", "train-tokenizer", args.overwrite) as staging:
-        save_tokenizer(tokenizer, staging)
+        tokenizer.save_pretrained(staging)
     failures = round_trip_failures(tokenizer, texts)
     print(
         f"{len(tokenizer)} tokens saved to {args.output_dir}; "

@@ -152,14 +152,6 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     return hashlib.sha256(serialized.encode("utf-8")).hexdigest()
 
 
-def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | Path) -> Path:
-    """Write the tokenizer files to `output_dir` (created if needed) and return it."""
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(output)
-    return output
-
-
 def tokenizer_sample(corpus: "Dataset", sample_pairs: int | None) -> "Dataset":
     """The pairs the BPE learns from: all of `corpus` up to `sample_pairs` pairs (None: no limit), else that many
     drawn with seed 0 and kept in corpus order (as sentencepiece's `input_sentence_size` does for WMT-sized corpora),

@@ -18,9 +18,9 @@ from ..data.batching import (
     longest_pair_problem,
 )
 from ..data.corpora import load_corpus
+from ..data.staging import atomic_folder
 from ..data.tokenization import (
     load_tokenizer,
-    save_tokenizer,
     side_texts,
     tokenizer_fingerprint,
     tokenizer_sample,
@@ -28,7 +28,6 @@ from ..data.tokenization import (
 )
 from ..data.tokenized import FilterReport, tokenize_pairs, tokenized_cache_root
 from ..errors import SettingsError
-from ..files.outputs import staged_folder
 from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import average_checkpoints
@@ -74,9 +73,8 @@ def build_tokenizer(settings: TrainingSettings, run: RunFolder, train_corpus: Da
             vocab_size=settings.preset.vocab_size,
             lowercase=settings.preset.lowercase,
         )
-    # a run killed while saving leaves no half-written tokenizer to reuse; the run's own folder: replaced freely
-    with staged_folder(folder, "tokenizer", "train", overwrite=True) as staging:
-        save_tokenizer(tokenizer, staging)
+    with atomic_folder(folder) as staging:  # a run killed while saving leaves no half-written tokenizer to reuse
+        tokenizer.save_pretrained(staging)
     return tokenizer
 
 
