@@ -86,10 +86,8 @@ def generation_flops(config: VanillaTransformerConfig, rows: int, source: int, n
 
 def peak_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
     """The best FLOP/s of a square matmul, the machine's practical peak for this dtype."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    best = min(measure(lambda: a @ b, device) for _ in range(repeats))
-    return 2 * size**3 / best
+    a, b = torch.randn(2, size, size, device=device, dtype=dtype)
+    return 2 * size**3 / min(measure(lambda: a @ b, device) for _ in range(repeats))
 
 
 def time_workload(
@@ -111,17 +109,17 @@ def time_workload(
     for repeat in range(repeats):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             seconds[name].append(measure(fns[name], device, warmup=0))
-    results = {}
-    for name, times in seconds.items():
-        median = statistics.median(times)
-        results[name] = {
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
+    return {
+        name: {
             "median_seconds": median,
             "tokens_per_second": tokens / median,
             "flops_per_second": flops / median,
-            "seconds": times,
+            "seconds": seconds[name],
             "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
         }
-    return results
+        for name, median in medians.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -160,8 +158,7 @@ def workload_inputs(config: VanillaTransformerConfig, workloads: Workloads, devi
 
 
 def speed_pass(run: Benchmark, dtype: torch.dtype, jobs: dict[str, tuple], log: Callable[[str], None]) -> dict:
-    """tokens/s medians per workload and row in one precision (a lower one: autocast for training, the weights in
-    that type for generation); see the module docstring for what is counted."""
+    """tokens/s medians per workload and row in one precision (see the module docstring)."""
     device, new_tokens = torch.device(run.device), run.workloads.new_tokens
 
     def build(name: str) -> torch.nn.Module:
@@ -216,9 +213,8 @@ def peak_training_memory(
 
 
 def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: int) -> int:
-    config = VanillaTransformerConfig(**{k: v for k, v in config.items() if k not in ("transformers_version",)})
+    config = VanillaTransformerConfig.from_dict(config)
     workloads = Workloads(**{k: tuple(v) if isinstance(v, list) else v for k, v in workloads.items()})
-    torch.set_num_threads(torch.get_num_threads())
     shape = (workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length)
     batch = random_batch(*shape, config.vocab_size, device="cuda" if device == "cuda" else "cpu")
     if device == "cuda":
