@@ -124,9 +124,8 @@ def time_workload(
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What `run_benchmark` measures: `compiled` adds `vanilla_compiled` and `marian_compiled` rows (the training step
-    through `torch.compile`; decoding with a static cache and a compiled step), `ctranslate2` this model exported to
-    CTranslate2 in float32 and int8 (with the float32 pass), `memory` the peak training memory of each model."""
+    """What `run_benchmark` measures: `compiled` adds `vanilla_compiled` and `marian_compiled` rows, `ctranslate2`
+    this model exported to CTranslate2 (with the float32 pass), `memory` the peak training memory of each model."""
 
     config: VanillaTransformerConfig
     workloads: Workloads = Workloads()
@@ -257,9 +256,8 @@ DTYPE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp1
 
 
 def speed_ratios(speed: dict) -> dict[str, dict[str, float]]:
-    """tokens/s of subject / reference per workload, keyed "subject / reference", for the pairs whose rows exist: ours
-    against Marian in each precision, each precision of ours (eager and compiled) against our fp32 eager, and the
-    CTranslate2 exports against our PyTorch decoding."""
+    """tokens/s of subject / reference per workload, for the pairs whose rows exist: ours against Marian in each
+    precision, each precision of ours against our fp32 eager, and the CTranslate2 exports against ours."""
     rows = {name for by_model in speed.values() for name in by_model}
     pairs = [(f"vanilla{suffix}", f"marian{suffix}") for suffix in DTYPE_SUFFIX.values()]
     pairs += [
@@ -278,8 +276,7 @@ def speed_ratios(speed: dict) -> dict[str, dict[str, float]]:
 
 
 def format_table(report: dict) -> str:
-    """A Markdown table: tokens/s per model and workload with its share of the matmul peak of its precision, and the
-    report's ratios (`speed_ratios`)."""
+    """A Markdown table: tokens/s per model and workload with its share of the matmul peak, and the ratios."""
     speed, ratios = report["speed"], report["ratios"]
     models = list(dict.fromkeys(name for by_model in speed.values() for name in by_model))
     header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " |"
@@ -300,8 +297,8 @@ def format_table(report: dict) -> str:
 
 
 def run_benchmark(run: Benchmark, log: Callable[[str], None] = print) -> dict:
-    """Everything the README's table needs: speeds in each of `run.dtypes` (bf16 and fp16 rows are named with a
-    suffix, `_bf16`), the matmul peak of each, ratios, peak training memory, the machine."""
+    """Speeds in each of `run.dtypes` (rows named with a suffix, `_bf16`), the matmul peak of each, ratios, peak
+    training memory, the machine."""
     config, workloads, device = run.config, run.workloads, run.device
     peaks = {dtype: peak_matmul_flops(torch.device(device), dtype) for dtype in run.dtypes}
     for dtype, peak in peaks.items():

@@ -47,8 +47,7 @@ def _vocabulary(rng: np.random.Generator, letters: int) -> np.ndarray:
 
 
 def write_synthetic_corpus(folder: Path, pairs: int, seed: int = 0) -> dict:
-    """`train.en`/`train.de` of `pairs` pairs and `valid.*` of `VALID_PAIRS` pairs in `folder`, drawn as the module
-    docstring says; returns the mean words per sentence of each side."""
+    """`train.*` of `pairs` pairs and `valid.*` of `VALID_PAIRS` pairs in `folder`; the mean words per sentence."""
     rng = np.random.default_rng(seed)
     vocabularies = {"en": _vocabulary(rng, 26), "de": _vocabulary(rng, 30)}
     zipf = 1.0 / np.arange(1, VOCABULARY_WORDS + 1)
@@ -122,9 +121,8 @@ class _Watch:
 
 
 def run_timed(command: list[str], env: dict, marks: dict[str, str], log: Path) -> dict:
-    """Run `command`, noting the seconds at which a line of its output first matches each of `marks` (name →
-    regex), its processes' peak RSS (`_Watch`) and the main process's peak up to each mark; its output goes to `log`.
-    A failed command raises."""
+    """Run `command`, its output into `log`, noting the seconds at which a line of its output first matches each of
+    `marks` (name → regex), its processes' peak RSS and the main process's peak up to each mark."""
     start = time.perf_counter()
     seen: dict[str, float] = {}
     lines: dict[str, str] = {}
@@ -213,9 +211,8 @@ def benchmark_data(
     preset: str = "paper-base",
     extra_flags: tuple[str, ...] = (),
 ) -> dict:
-    """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir`, a folder
-    `prepare_workdir` accepted (the corpus is kept there and reused by a later call; the runs, caches and the
-    commands' logs are made anew)."""
+    """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir` (the corpus is kept
+    there for a later call; the runs, caches and logs are made anew)."""
     from vanilla_transformer.training.presets import TRAINING_PRESETS
 
     run, caches, logs = workdir / f"run-{pairs}", workdir / f"caches-{pairs}", workdir / f"logs-{pairs}"

@@ -237,8 +237,7 @@ def docs_parts(docs: Path) -> list[str]:
 
 
 def write_report(report: dict, output_dir: Path, docs: Path | None = None) -> Path:
-    """`gpu-speed.json` and `gpu-speed.md` in `output_dir`; with `docs`, the table between its two `MARKER` lines
-    (the file must hold both: nothing else of it is touched)."""
+    """`gpu-speed.json` and `gpu-speed.md` in `output_dir`; with `docs`, the table between its two `MARKER` lines."""
     from vanilla_transformer.files.outputs import write_marker, write_text_atomic
 
     output_dir.mkdir(parents=True, exist_ok=True)

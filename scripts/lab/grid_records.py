@@ -137,9 +137,7 @@ class RecordFolder:
         self.folder = Path(folder)
         self.index_path = self.folder / GRID_RECORD
         if grid is not None:
-            why = (
-                "rows of two recipes would mix in one table; give the flags they were trained with, or another folder."
-            )
+            why = "rows of two recipes would mix; give the flags they were trained with, or another --records folder."
             _open_grid_folder(self.folder, grid, "--records", "records", why)
         elif not self.index_path.is_file():
             raise DataError(f"--records {self.folder} holds no grid's records (no {GRID_RECORD}); check the path.")

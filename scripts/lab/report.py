@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from vanilla_transformer.errors import DataError
+from vanilla_transformer.files.outputs import staged_file
 
 # Table 3 of the paper: (dev perplexity per wordpiece, dev BLEU on newstest2013, parameters ×10⁶) of each row, base
 # model N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, ε_ls=0.1, 100K steps; blank cells are None.
@@ -236,8 +237,6 @@ def write_curves(records: list[dict], path: Path) -> Path:
     loss, titled with the row's `row_status`."""
     from matplotlib.figure import Figure
 
-    from vanilla_transformer.files.outputs import staged_file
-
     panels = variants(records) + [[record] for record in records if record["row"]["group"] == "lr"]
     columns = min(4, len(panels))
     lines = math.ceil(len(panels) / columns)
@@ -275,8 +274,6 @@ def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
     """`table3.md` (the table, then the learning-rate sweep if any), `table3.csv`, `table3.png` (each row's dev BLEU
     and perplexity, the base's spread as a band) and `table3_curves.png` in `output_dir`, each replaced whole."""
     from matplotlib.figure import Figure
-
-    from vanilla_transformer.files.outputs import staged_file
 
     table = table_rows(records)
     paths = {kind: output_dir / f"table3.{kind}" for kind in ("md", "csv", "png")}
