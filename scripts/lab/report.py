@@ -40,6 +40,7 @@ PAPER_ROWS = {
     "big": (4.33, 26.4, 213),
 }
 PAPER_BIG = "N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3, 300K steps (the paper's; not trained here)"
+PAPER_COLUMNS = ("paper PPL", "paper BLEU", "paper params (M)")
 # the paired bootstrap: sacreBLEU's own default number of resamples and seed (`sacrebleu.significance`)
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 12345
@@ -173,7 +174,7 @@ def table_rows(records: list[dict]) -> list[dict]:
         paper = PAPER_BASE if is_base else PAPER_ROWS.get(name, (None, None, None))
         paper_delta = None if is_base or paper[1] is None else round(paper[1] - PAPER_BASE[1], 1)
         pairable = not is_base and base is not None and base[0].get("test_bleu_statistics")
-        delta = None
+        delta = {"low": None, "high": None}
         if pairable and first.get("test_bleu_statistics"):
             delta = paired_bootstrap(base[0]["test_bleu_statistics"], first["test_bleu_statistics"])
         lines.append(
@@ -189,25 +190,20 @@ def table_rows(records: list[dict]) -> list[dict]:
                 "test BLEU (tok.)": _spread([record.get("test_tokenized_bleu") for record in seeds], 1),
                 "seeds": len(seeds),
                 "Δ test BLEU, seed 0 [95% CI]": (
-                    "" if delta is None else f"{delta['delta']:+.1f} [{delta['low']:+.1f}, {delta['high']:+.1f}]"
+                    f"{delta['delta']:+.1f} [{delta['low']:+.1f}, {delta['high']:+.1f}]" if "delta" in delta else ""
                 ),
                 "paper Δ BLEU": "" if paper_delta is None else f"{paper_delta:+.1f}",
-                "agrees with paper": agreement(
-                    paper_delta, *((delta["low"], delta["high"]) if delta is not None else (None, None))
-                ),
+                "agrees with paper": agreement(paper_delta, delta["low"], delta["high"]),
                 "curve": row_status(seeds)[1],
                 "wall (min)": f"{statistics.mean(record['wall_seconds'] for record in seeds) / 60:.1f}",
-                "paper PPL": "" if paper[0] is None else paper[0],
-                "paper BLEU": "" if paper[1] is None else paper[1],
-                "paper params (M)": "" if paper[2] is None else paper[2],
             }
+            | {column: "" if value is None else value for column, value in zip(PAPER_COLUMNS, paper, strict=True)}
         )
     names = {seeds[0]["row"]["name"] for seeds in grouped}
     if "big" not in names and names & (set(PAPER_ROWS) - {"big"}):
         paper = PAPER_ROWS["big"]
-        paper_cells = {"paper PPL": paper[0], "paper BLEU": paper[1], "paper params (M)": paper[2]}
-        paper_cells |= {"row": "big (paper)", "changes": PAPER_BIG, "paper Δ BLEU": f"{paper[1] - PAPER_BASE[1]:+.1f}"}
-        lines.append(dict.fromkeys(lines[0], "") | paper_cells)
+        big = {"row": "big (paper)", "changes": PAPER_BIG, "paper Δ BLEU": f"{paper[1] - PAPER_BASE[1]:+.1f}"}
+        lines.append(dict.fromkeys(lines[0], "") | big | dict(zip(PAPER_COLUMNS, paper, strict=True)))
     return lines
 
 
