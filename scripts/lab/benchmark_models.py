@@ -174,12 +174,7 @@ def random_batch(
     labels, label_mask = side(target_length)
     labels = labels.masked_fill(label_mask == 0, -100)
     decoder_input_ids = torch.cat((torch.full((batch_size, 1), BOS), labels[:, :-1].clamp(min=PAD)), dim=1)
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "decoder_input_ids": decoder_input_ids,
-        "labels": labels,
-    }
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 

@@ -28,11 +28,7 @@ from .benchmark_models import (
 
 MARKER = "<!-- gpu-check -->"
 # the goals of issue 48, shown beside the figures they judge
-GOALS = {
-    "base": "MFU ≥ 35%, ≥ 1.2× Marian",
-    "big": "MFU ≥ 40%",
-    "grid": "≥ 5M tokens/s for the whole GPU",
-}
+GOALS = {"base": "MFU ≥ 35%, ≥ 1.2× Marian", "big": "MFU ≥ 40%", "grid": "≥ 5M tokens/s for the whole GPU"}
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,5 @@
 """A Table 3 grid's records: the settings its rows share (`ablation.json`, in the output folder and in a records
-folder) and each finished row's record (`row.json`), strict JSON with one item a line (`record_text`).
-
-A `RecordFolder` (`--records DIR`, meant to be kept in the repository) holds every finished row's record beside the
-grid's settings; a later run with the same settings trains only the rows it lacks, and one with other settings is
-refused, so that records of two recipes never mix in one table."""
+folder, `RecordFolder`) and each finished row's record, strict JSON with one item a line (`record_text`)."""
 
 import json
 import math
@@ -127,9 +123,10 @@ def folder_name(row_name: str) -> str:
 
 
 class RecordFolder:
-    """A grid's records kept for good (`--records DIR`): `ablation.json`, the grid's settings (`grid_settings`; here
-    also the rows' order and the learning-rate choice), and `rows/<row>.json`, one finished row's record each,
-    written whole. A folder holding records of other settings is refused, naming the settings that differ."""
+    """A grid's records kept for good (`--records DIR`, meant for the repository): `ablation.json`, the grid's settings
+    (here also the rows' order and the learning-rate choice), and `rows/<row>.json`, one finished row's record each. A
+    later run with the same settings trains only the rows it lacks; one with other settings is refused, so that
+    records of two recipes never mix in one table."""
 
     def __init__(self, folder: str | Path, grid: dict | None = None):
         """Open `folder` for a grid whose settings are `grid`, creating it when new; with `grid=None`, open an
