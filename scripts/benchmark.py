@@ -25,7 +25,6 @@ from vanilla_transformer.cli.main import run_script
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model, the workloads, and where the report goes."""
     from lab.benchmark_models import EOS, MODELS, Workloads
 
     from vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
@@ -66,7 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Run the benchmark, write the JSON report and print its table."""
     import torch
     from lab.benchmark import Benchmark, format_table, run_benchmark
     from lab.benchmark_models import Workloads, vanilla_config

@@ -28,7 +28,6 @@ def _pair_counts(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Corpus sizes, where the corpora and runs go, the training preset and flags, and where the report goes."""
     from vanilla_transformer.training.presets import TRAINING_PRESETS
 
     parser.add_argument(

@@ -31,7 +31,6 @@ from vanilla_transformer.files.outputs import check_output_folder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The device, the sources and their tokenizer, and where the report goes."""
     parser.add_argument("--device", default="cuda", type=device)
     parser.add_argument("--sources", type=existing_file, help="newstest2014.en (one sentence per line)")
     parser.add_argument("--tokenizer", help="the tokenizer for the sources (default: a BPE learned on them)")

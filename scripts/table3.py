@@ -11,21 +11,17 @@ the preset's model and adds pre-LN; `--grid FILE` runs a JSON list of your own r
 
 It writes rows/<row>/ (each a training run), table3.md, table3.csv, table3.png and table3_curves.png (each row's
 dev curve) into --output-dir. Started again with the same --output-dir it skips the rows that are done and resumes a
-half-trained one from its checkpoint. --jobs N trains N rows at once, each in its own process (on one GPU, CUDA MPS
-lets their kernels overlap); the grid's tokenizer is learned once, first.
+half-trained one. --jobs N trains N rows at once (on one GPU, CUDA MPS lets their kernels overlap).
 
 The table gives each row's Δ test BLEU against the base row with a 95% interval (paired bootstrap over the test
-sentences, seed 0's hypotheses), the paper's Δ and whether the two agree, tokenized BLEU beside sacreBLEU where the
-corpus has Multi30k's tok/ references, and whether each row's dev curve reached its plateau or diverged.
---seeds N trains the base row under N seeds, then every row within 2 BLEU of the base's mean under N seeds too
-(mean ± sd). --lr-factors a,b,c trains the base row at each factor first and every row at the one with the best dev
-BLEU (the paper chose its recipe once, on the base model).
+sentences, seed 0's hypotheses), the paper's Δ and whether the two agree, tokenized BLEU where the corpus has
+Multi30k's tok/ references, and whether each row's dev curve reached its plateau or diverged. --lr-factors chooses
+the learning rate once, on the base row, as the paper chose its recipe.
 
---records DIR keeps every finished row's record (its scores, test hypotheses and curves) in DIR/rows/<row>.json beside
-the grid's settings (DIR/ablation.json): a folder meant for the repository, so that a later run, on another
-machine, with the same settings trains only the rows DIR lacks; DIR holding records of other settings is refused.
---table-only renders the table from DIR alone into --output-dir. docs/table3.md holds the Multi30k run of the first
-command below (before records existed); the second is its converged form, resumable across GPU runs.
+--records DIR keeps every finished row's record in DIR/rows/<row>.json beside the grid's settings (DIR/ablation.json),
+so that a later run with the same settings, on any machine, trains only the rows DIR lacks; DIR holding records of
+other settings is refused. docs/table3.md holds the Multi30k run of the first command below (before records
+existed); the second is its converged form, resumable across GPU runs.
 
     python scripts/table3.py --preset multi30k --max-steps 2000 --max-tokens 8192 --tokens-per-update 8192 \
         --warmup-steps 500 --lr-factor 1.265 --seeds 3 --jobs 11 --threads 1 --test-split test2016 \
@@ -52,12 +48,10 @@ from vanilla_transformer.cli.main import run_script
 
 
 def grid(text: str) -> str:
-    """A `type=` for `--grid`: 'table3', or a JSON file to read."""
     return text if text == "table3" else existing_file(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The preset and its fields, the grid, and how the rows run."""
     add_typed_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)

@@ -1,13 +1,9 @@
 """Table 3 of the paper (§6.2, "Model Variations"): a grid of variations of a training preset, each row a run of the
-normal training code (`training.train`), evaluated as the paper evaluates the table (`row_scores`), recorded
-(`grid_records`) and laid out beside the paper's numbers (`table3`).
+normal training code (`training.train`), scored as the paper scores the table (`row_scores`), recorded
+(`grid_records`) and laid out beside the paper's numbers (`report`).
 
-The grid is data: `table3_grid` scales the paper's rows (A)-(E) to the preset's model, with a pre-LN row and the
-base row under several seeds; a JSON file gives a grid of one's own (`load_grid`). Every row reads the grid's one
-tokenizer (`<output_dir>/tokenizer`); each row lives in `<output_dir>/rows/<row>/` and is done when its `row.json`
-exists, so a killed grid resumes where it stopped. With `seeds` > 1 every row within `SEED_WINDOW` BLEU of the base
-gets the base's seeds too (`reseed_rows`); with `GridSettings.lr_factors` the learning rate is chosen once on the base
-row's dev BLEU (`choose_lr_factor`), as the paper tuned its recipe on the base model.
+Every row reads the grid's one tokenizer (`<output_dir>/tokenizer`); each row lives in `<output_dir>/rows/<row>/` and
+is done when its `row.json` exists, so a killed grid resumes where it stopped.
 """
 
 import json
@@ -63,7 +59,6 @@ def table3_grid(preset: TrainingPreset, seeds: int = 1) -> list[AblationRow]:
     config = preset.model_config()
     d_model, heads, layers = config.d_model, config.encoder_attention_heads, config.encoder_layers
     d_k = d_model // heads
-    dropout = config.dropout
     rows = [AblationRow("base", "base")]
 
     def add(name: str, group: str, **changes) -> None:
@@ -85,7 +80,7 @@ def table3_grid(preset: TrainingPreset, seeds: int = 1) -> list[AblationRow]:
     add("C d_ff=1/2", "C", encoder_ffn_dim=config.encoder_ffn_dim / 2, decoder_ffn_dim=config.decoder_ffn_dim / 2)
     add("C d_ff=2", "C", encoder_ffn_dim=config.encoder_ffn_dim * 2, decoder_ffn_dim=config.decoder_ffn_dim * 2)
     add("D P_drop=0", "D", dropout=0.0)
-    add("D P_drop+0.1", "D", dropout=round(dropout + 0.1, 4))
+    add("D P_drop+0.1", "D", dropout=round(config.dropout + 0.1, 4))
     add("D ε_ls=0", "D", label_smoothing=0.0)
     add("D ε_ls=0.2", "D", label_smoothing=0.2)
     rows.append(AblationRow("E learned positions", "E", (("position_encoding", "learned"),)))
@@ -105,7 +100,7 @@ ROW_KEYS = {
 def load_grid(path: str | Path) -> list[AblationRow]:
     """A grid from a JSON list of `{"name": ..., "changes": {field: value, ...}}`, optionally with `"group"` and
     `"seed"`; a `base` row is added first when the file has none. A row with another key (a misspelt `"changes"` would
-    train the base model under the row's name), a value of the wrong type or no changes is refused, naming the row."""
+    train the base model), a value of the wrong type or no changes is refused."""
     try:
         entries = json.loads(Path(path).read_text())
     except json.JSONDecodeError as error:
@@ -136,8 +131,7 @@ def load_grid(path: str | Path) -> list[AblationRow]:
 
 def check_grid(preset: TrainingPreset, rows: list[AblationRow]) -> None:
     """Refuse, before anything trains or is written, a grid with a repeated row name, an unknown field, a value out of
-    its range (`TRAINING_RANGES`), or a model it cannot build (the config's own validation names the field and the
-    fix)."""
+    its range (`TRAINING_RANGES`), or a model it cannot build."""
     names = [row.folder_name for row in rows]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -174,9 +168,8 @@ def row_preset(preset: TrainingPreset, row: AblationRow) -> TrainingPreset:
 def run_row(
     preset: TrainingPreset, row: AblationRow, folder: Path, settings: GridSettings, tokenizer_path: Path | None = None
 ) -> dict:
-    """Train the row into `folder` (resuming a run left there), then score it (`row_scores`, with the paper's
-    decoding: beam 4, α = 0.6, input + 50) into its record, written to `folder/row.json` last and whole: a row with
-    that file is done."""
+    """Train the row into `folder` (resuming a run left there), then score it with the paper's decoding (beam 4,
+    α = 0.6, input + 50) into its record, `folder/row.json`, written last and whole: a row with that file is done."""
     from vanilla_transformer.files.loading import load_model_and_tokenizer
     from vanilla_transformer.training.run import train
     from vanilla_transformer.training.settings import TrainingSettings
@@ -230,9 +223,8 @@ def run_row(
 
 
 def prepare_grid(preset: TrainingPreset, output_dir: Path, settings: GridSettings) -> Path:
-    """The grid's one tokenizer, `<output_dir>/tokenizer`, and the pairs tokenized with it into the tokenized-corpus
-    cache (`training.prepare_run_data`), before any row trains: all rows can then start at once without each
-    tokenizing the corpus again."""
+    """The grid's one tokenizer, `<output_dir>/tokenizer`, and the corpus tokenized into the cache before any row
+    trains, so that the rows can start at once without each tokenizing it again."""
     from accelerate import PartialState
 
     from vanilla_transformer.training.run import prepare_run_data
@@ -255,7 +247,7 @@ def with_base_seeds(rows: list[AblationRow], seeds: int) -> list[AblationRow]:
 
 def reseed_rows(rows: list[AblationRow], records: dict[str, dict], seeds: int) -> list[AblationRow]:
     """The second wave: seeds 1 … `seeds` - 1 of every row whose seed-0 test or dev BLEU lies within `SEED_WINDOW` of
-    the base row's mean over its seeds, where one seed cannot tell the difference from the noise (issue 48)."""
+    the base row's mean, where one seed cannot tell the difference from the noise (issue 48)."""
     base = [records[row.name] for row in rows if row.group == "base"]
     if seeds < 2 or not base:
         return []
@@ -277,7 +269,7 @@ def reseed_rows(rows: list[AblationRow], records: dict[str, dict], seeds: int) -
 
 class _GridRun:
     """One start of a grid: the rows' records, from the records folder, from the output folder's `row.json`, or
-    trained (`jobs` rows at once, each in a process of its own; the grid's tokenizer prepared only if a row trains)."""
+    trained (`jobs` rows at once, each in a process of its own)."""
 
     def __init__(self, output_dir: Path, settings: GridSettings, jobs: int, log, kept: RecordFolder | None):
         self.output_dir, self.settings, self.jobs, self.log, self.kept = output_dir, settings, jobs, log, kept
@@ -337,11 +329,10 @@ def run_grid(
     records_dir: str | Path | None = None,
     seeds: int = 1,
 ) -> list[dict]:
-    """Run every row not yet done and write the table (`write_table`); returns the records, the sweep's first.
-
-    In order: the learning-rate sweep on the base row (its chosen run is the base row); the grid's rows, with the
-    base row under `seeds` seeds; then the second wave (`reseed_rows`). A row kept in `records_dir` (a
-    `RecordFolder`) is not trained again, and every row that finishes is kept there at once."""
+    """Run every row not yet done and write the table; returns the records, the sweep's first. In order: the
+    learning-rate sweep on the base row (its chosen run is the base row); the grid's rows, with the base row under
+    `seeds` seeds; then the second wave (`reseed_rows`). A row kept in `records_dir` is not trained again, and every
+    row that finishes is kept there at once."""
     rows = with_base_seeds(rows, seeds)
     # the base row (seed 0) at each learning-rate factor of the sweep (§5.3's rate times the factor)
     sweep = [AblationRow(f"base lr_factor={f:g}", "lr", (("lr_factor", float(f)),)) for f in settings.lr_factors]
@@ -375,8 +366,8 @@ def run_grid(
 
 
 def table_from_records(records_dir: str | Path, output_dir: str | Path) -> dict[str, Path]:
-    """The table, CSV and plots of the records kept in `records_dir` (a `RecordFolder`), written into `output_dir`: a
-    new or empty folder, one an earlier `--table-only` wrote (its marker), or the folder holding the records."""
+    """The table, CSV and plots of the records in `records_dir`, written into `output_dir`: a new or empty folder,
+    one an earlier `--table-only` wrote, or the folder holding the records."""
     check_output_folder(output_dir, "table3", recognised_by=[f"{Path(records_dir).name}/ablation.json"])
     records = RecordFolder(records_dir).records()
     if not variants(records):  # none, or the learning-rate sweep's alone

@@ -86,10 +86,8 @@ def generation_flops(config: VanillaTransformerConfig, rows: int, source: int, n
 
 def peak_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
     """The best FLOP/s of a square matmul, the machine's practical peak for this dtype."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    best = min(measure(lambda: a @ b, device) for _ in range(repeats))
-    return 2 * size**3 / best
+    a, b = torch.randn(2, size, size, device=device, dtype=dtype)
+    return 2 * size**3 / min(measure(lambda: a @ b, device) for _ in range(repeats))
 
 
 def time_workload(
@@ -111,24 +109,23 @@ def time_workload(
     for repeat in range(repeats):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             seconds[name].append(measure(fns[name], device, warmup=0))
-    results = {}
-    for name, times in seconds.items():
-        median = statistics.median(times)
-        results[name] = {
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
+    return {
+        name: {
             "median_seconds": median,
             "tokens_per_second": tokens / median,
             "flops_per_second": flops / median,
-            "seconds": times,
+            "seconds": seconds[name],
             "first_call_seconds": first_call[name],  # for a compiled row: compiling, then one run
         }
-    return results
+        for name, median in medians.items()
+    }
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What `run_benchmark` measures: `compiled` adds `vanilla_compiled` and `marian_compiled` rows (the training step
-    through `torch.compile`; decoding with a static cache and a compiled step), `ctranslate2` this model exported to
-    CTranslate2 in float32 and int8 (with the float32 pass), `memory` the peak training memory of each model."""
+    """What `run_benchmark` measures: `compiled` adds `vanilla_compiled` and `marian_compiled` rows, `ctranslate2`
+    this model exported to CTranslate2 (with the float32 pass), `memory` the peak training memory of each model."""
 
     config: VanillaTransformerConfig
     workloads: Workloads = Workloads()
@@ -160,8 +157,7 @@ def workload_inputs(config: VanillaTransformerConfig, workloads: Workloads, devi
 
 
 def speed_pass(run: Benchmark, dtype: torch.dtype, jobs: dict[str, tuple], log: Callable[[str], None]) -> dict:
-    """tokens/s medians per workload and row in one precision (a lower one: autocast for training, the weights in
-    that type for generation); see the module docstring for what is counted."""
+    """tokens/s medians per workload and row in one precision (see the module docstring)."""
     device, new_tokens = torch.device(run.device), run.workloads.new_tokens
 
     def build(name: str) -> torch.nn.Module:
@@ -216,9 +212,8 @@ def peak_training_memory(
 
 
 def _memory_child(name: str, config: dict, workloads: dict, device: str, steps: int) -> int:
-    config = VanillaTransformerConfig(**{k: v for k, v in config.items() if k not in ("transformers_version",)})
+    config = VanillaTransformerConfig.from_dict(config)
     workloads = Workloads(**{k: tuple(v) if isinstance(v, list) else v for k, v in workloads.items()})
-    torch.set_num_threads(torch.get_num_threads())
     shape = (workloads.train_batch_size, workloads.train_source_length, workloads.train_target_length)
     batch = random_batch(*shape, config.vocab_size, device="cuda" if device == "cuda" else "cpu")
     if device == "cuda":
@@ -261,9 +256,8 @@ DTYPE_SUFFIX = {torch.float32: "", torch.bfloat16: "_bf16", torch.float16: "_fp1
 
 
 def speed_ratios(speed: dict) -> dict[str, dict[str, float]]:
-    """tokens/s of subject / reference per workload, keyed "subject / reference", for the pairs whose rows exist: ours
-    against Marian in each precision, each precision of ours (eager and compiled) against our fp32 eager, and the
-    CTranslate2 exports against our PyTorch decoding."""
+    """tokens/s of subject / reference per workload, for the pairs whose rows exist: ours against Marian in each
+    precision, each precision of ours against our fp32 eager, and the CTranslate2 exports against ours."""
     rows = {name for by_model in speed.values() for name in by_model}
     pairs = [(f"vanilla{suffix}", f"marian{suffix}") for suffix in DTYPE_SUFFIX.values()]
     pairs += [
@@ -282,8 +276,7 @@ def speed_ratios(speed: dict) -> dict[str, dict[str, float]]:
 
 
 def format_table(report: dict) -> str:
-    """A Markdown table: tokens/s per model and workload with its share of the matmul peak of its precision, and the
-    report's ratios (`speed_ratios`)."""
+    """A Markdown table: tokens/s per model and workload with its share of the matmul peak, and the ratios."""
     speed, ratios = report["speed"], report["ratios"]
     models = list(dict.fromkeys(name for by_model in speed.values() for name in by_model))
     header = "| workload | " + " | ".join(f"{m} tok/s (% of peak)" for m in models) + " |"
@@ -304,8 +297,8 @@ def format_table(report: dict) -> str:
 
 
 def run_benchmark(run: Benchmark, log: Callable[[str], None] = print) -> dict:
-    """Everything the README's table needs: speeds in each of `run.dtypes` (bf16 and fp16 rows are named with a
-    suffix, `_bf16`), the matmul peak of each, ratios, peak training memory, the machine."""
+    """Speeds in each of `run.dtypes` (rows named with a suffix, `_bf16`), the matmul peak of each, ratios, peak
+    training memory, the machine."""
     config, workloads, device = run.config, run.workloads, run.device
     peaks = {dtype: peak_matmul_flops(torch.device(device), dtype) for dtype in run.dtypes}
     for dtype, peak in peaks.items():

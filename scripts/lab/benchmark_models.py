@@ -174,12 +174,7 @@ def random_batch(
     labels, label_mask = side(target_length)
     labels = labels.masked_fill(label_mask == 0, -100)
     decoder_input_ids = torch.cat((torch.full((batch_size, 1), BOS), labels[:, :-1].clamp(min=PAD)), dim=1)
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "decoder_input_ids": decoder_input_ids,
-        "labels": labels,
-    }
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
@@ -219,8 +214,7 @@ def train_step_fn(name: str, model: nn.Module, batch: dict, dtype: torch.dtype) 
 def training_step(
     name: str, config: VanillaTransformerConfig, batch: dict, dtype: torch.dtype, compiled=False, attn="sdpa"
 ) -> Callable[[], None]:
-    """`train_step_fn` of a new model `name` (`attn`: its attention implementation) on the batch's device, through
-    `torch.compile` when `compiled`."""
+    """`train_step_fn` of a new model `name` on the batch's device, through `torch.compile` when `compiled`."""
     model = build_benchmark_model(name, config, attn).to(batch["input_ids"].device)
     return train_step_fn(name, torch.compile(model) if compiled else model, batch, dtype)
 
@@ -228,8 +222,7 @@ def training_step(
 def generate_fn(
     name: str, model: nn.Module, inputs: dict, new_tokens: int, num_beams: int, compiled: bool = False
 ) -> Callable[[], None]:
-    """One `generate` call (greedy or beam search) of exactly `new_tokens` tokens; `compiled`: with a static cache
-    and the decoding step compiled by `torch.compile` (`CompileConfig(fullgraph=True, dynamic=False)`)."""
+    """One `generate` call of exactly `new_tokens` tokens; `compiled`: with a static cache and a compiled step."""
     model.eval()
     if name == "torch":
         if num_beams > 1:
@@ -252,9 +245,8 @@ def ctranslate2_fns(
     kinds: dict[str, str] = CTRANSLATE2,
 ) -> dict[str, Callable[[dict, int, int], Callable[[], None]]]:
     """For each CTranslate2 row (`kinds`: name → compute type), a function of (inputs, new tokens, beams) that
-    returns one `translate_batch` call decoding exactly the tokens `generate_fn` does: the same sources (padding
-    removed), the same threads, exactly `new_tokens` tokens (`min_decoding_length`), the same |Y|^0.6 length
-    penalty for beam search."""
+    returns one `translate_batch` call decoding exactly what `generate_fn` does: the same sources, threads, number of
+    tokens and length penalty."""
     import ctranslate2
 
     from vanilla_transformer.inference.ctranslate2_engine import convert

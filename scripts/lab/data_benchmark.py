@@ -22,11 +22,11 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
-
-from vanilla_transformer.errors import OutputError
+import psutil
 
 from . import lab_process
 
@@ -47,8 +47,7 @@ def _vocabulary(rng: np.random.Generator, letters: int) -> np.ndarray:
 
 
 def write_synthetic_corpus(folder: Path, pairs: int, seed: int = 0) -> dict:
-    """`train.en`/`train.de` of `pairs` pairs and `valid.*` of `VALID_PAIRS` pairs in `folder`, drawn as the module
-    docstring says; returns the mean words per sentence of each side."""
+    """`train.*` of `pairs` pairs and `valid.*` of `VALID_PAIRS` pairs in `folder`; the mean words per sentence."""
     rng = np.random.default_rng(seed)
     vocabularies = {"en": _vocabulary(rng, 26), "de": _vocabulary(rng, 30)}
     zipf = 1.0 / np.arange(1, VOCABULARY_WORDS + 1)
@@ -56,23 +55,21 @@ def write_synthetic_corpus(folder: Path, pairs: int, seed: int = 0) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     words = {"en": 0, "de": 0}
     for split, total in (("train", pairs), ("valid", VALID_PAIRS)):
-        handles = {lang: open(folder / f"{split}.{lang}", "w", encoding="utf-8") for lang in words}
-        try:
+        with ExitStack() as stack:
+            handles = {
+                lang: stack.enter_context(open(folder / f"{split}.{lang}", "w", encoding="utf-8")) for lang in words
+            }
             for start in range(0, total, CHUNK_PAIRS):
                 n = min(CHUNK_PAIRS, total - start)
                 english = np.clip(np.rint(np.exp(rng.normal(WORDS_LOG_MEAN, WORDS_LOG_SD, n))), 1, MAX_WORDS)
                 german = np.clip(np.rint(english * rng.normal(RATIO_MEAN, RATIO_SD, n)), 1, MAX_WORDS)
                 for lang, lengths in (("en", english.astype(int)), ("de", german.astype(int))):
-                    ids = rng.choice(VOCABULARY_WORDS, size=int(lengths.sum()), p=zipf)
-                    tokens = vocabularies[lang][ids]
+                    tokens = vocabularies[lang][rng.choice(VOCABULARY_WORDS, size=int(lengths.sum()), p=zipf)]
                     bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
                     spans = zip(bounds[:-1], bounds[1:], strict=True)
                     handles[lang].write("".join(" ".join(tokens[a:b]).capitalize() + " .\n" for a, b in spans))
                     if split == "train":
                         words[lang] += int(lengths.sum())
-        finally:
-            for handle in handles.values():
-                handle.close()
     return {f"words_per_sentence_{lang}": count / max(pairs, 1) for lang, count in words.items()}
 
 
@@ -81,8 +78,6 @@ class _Watch:
     than that can pass unseen)."""
 
     def __init__(self, pid: int, interval: float = 0.25):
-        import psutil
-
         self.root = psutil.Process(pid)
         self.peaks: dict[int, tuple[str, int]] = {}
         self.main_anonymous = 0
@@ -92,8 +87,6 @@ class _Watch:
         self._thread.start()
 
     def _run(self) -> None:
-        import psutil
-
         while not self._stop.is_set():
             try:
                 processes = [self.root, *self.root.children(recursive=True)]
@@ -128,9 +121,8 @@ class _Watch:
 
 
 def run_timed(command: list[str], env: dict, marks: dict[str, str], log: Path) -> dict:
-    """Run `command`, noting the seconds at which a line of its output first matches each of `marks` (name →
-    regex), its processes' peak RSS (`_Watch`) and the main process's peak up to each mark; its output goes to `log`.
-    A failed command raises."""
+    """Run `command`, its output into `log`, noting the seconds at which a line of its output first matches each of
+    `marks` (name → regex), its processes' peak RSS and the main process's peak up to each mark."""
     start = time.perf_counter()
     seen: dict[str, float] = {}
     lines: dict[str, str] = {}
@@ -208,8 +200,6 @@ def prepare_workdir(workdir: Path) -> None:
     refuse it before anything is written: every call replaces the runs, caches and logs in it."""
     from vanilla_transformer.files.outputs import check_output_folder, write_marker
 
-    if workdir.exists() and not workdir.is_dir():
-        raise OutputError(f"--workdir {workdir} is a file: give a new or empty folder for the corpora and runs.")
     check_output_folder(workdir, "benchmark-data", flag="--workdir")
     workdir.mkdir(parents=True, exist_ok=True)
     write_marker(workdir, "benchmark-data", "benchmark-data")
@@ -221,9 +211,8 @@ def benchmark_data(
     preset: str = "paper-base",
     extra_flags: tuple[str, ...] = (),
 ) -> dict:
-    """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir`, a folder
-    `prepare_workdir` accepted (the corpus is kept there and reused by a later call; the runs, caches and the
-    commands' logs are made anew)."""
+    """The module docstring's measurements for a synthetic corpus of `pairs` pairs, in `workdir` (the corpus is kept
+    there for a later call; the runs, caches and logs are made anew)."""
     from vanilla_transformer.training.presets import TRAINING_PRESETS
 
     run, caches, logs = workdir / f"run-{pairs}", workdir / f"caches-{pairs}", workdir / f"logs-{pairs}"

@@ -28,11 +28,7 @@ from .benchmark_models import (
 
 MARKER = "<!-- gpu-check -->"
 # the goals of issue 48, shown beside the figures they judge
-GOALS = {
-    "base": "MFU ≥ 35%, ≥ 1.2× Marian",
-    "big": "MFU ≥ 40%",
-    "grid": "≥ 5M tokens/s for the whole GPU",
-}
+GOALS = {"base": "MFU ≥ 35%, ≥ 1.2× Marian", "big": "MFU ≥ 40%", "grid": "≥ 5M tokens/s for the whole GPU"}
 
 
 @dataclass(frozen=True)
@@ -237,8 +233,7 @@ def docs_parts(docs: Path) -> list[str]:
 
 
 def write_report(report: dict, output_dir: Path, docs: Path | None = None) -> Path:
-    """`gpu-speed.json` and `gpu-speed.md` in `output_dir`; with `docs`, the table between its two `MARKER` lines
-    (the file must hold both: nothing else of it is touched)."""
+    """`gpu-speed.json` and `gpu-speed.md` in `output_dir`; with `docs`, the table between its two `MARKER` lines."""
     from vanilla_transformer.files.outputs import write_marker, write_text_atomic
 
     output_dir.mkdir(parents=True, exist_ok=True)

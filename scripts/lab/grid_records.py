@@ -1,9 +1,5 @@
 """A Table 3 grid's records: the settings its rows share (`ablation.json`, in the output folder and in a records
-folder) and each finished row's record (`row.json`), strict JSON with one item a line (`record_text`).
-
-A `RecordFolder` (`--records DIR`, meant to be kept in the repository) holds every finished row's record beside the
-grid's settings; a later run with the same settings trains only the rows it lacks, and one with other settings is
-refused, so that records of two recipes never mix in one table."""
+folder, `RecordFolder`) and each finished row's record, strict JSON with one item a line (`record_text`)."""
 
 import json
 import math
@@ -56,27 +52,26 @@ def settings_differ(wanted: dict, recorded: dict) -> list[str]:
     )
 
 
-def check_grid_folder(output_dir: str | Path, preset: TrainingPreset, settings: GridSettings) -> None:
-    """Make `output_dir` a grid's folder, or accept it as the same grid's: a folder with other settings in its
-    `ablation.json` is refused (its rows would not compare), and so is a non-empty folder without one."""
-    folder = Path(output_dir)
+def _open_grid_folder(folder: Path, grid: dict, flag: str, noun: str, why: str) -> None:
+    """Accept `folder` as the grid's (its `ablation.json` holds the same settings) or make it one, writing `grid`
+    whole; a folder with other settings, or a non-empty one without `ablation.json`, is refused."""
     record = folder / GRID_RECORD
-    wanted = grid_settings(preset, settings)
     if record.is_file():
-        differ = settings_differ(wanted, json.loads(record.read_text()))
+        differ = settings_differ(grid, read_record(record))
         if differ:
-            raise OutputError(
-                f"--output-dir {folder} holds a grid run with other settings ({', '.join(differ)} differ): its rows "
-                f"would not compare with new ones; give the flags it was started with, or another --output-dir."
-            )
-        return
-    if folder.is_dir() and any(folder.iterdir()):
+            raise OutputError(f"{flag} {folder} holds a grid with other settings ({', '.join(differ)} differ): {why}")
+    elif folder.is_dir() and any(folder.iterdir()):
         raise OutputError(
-            f"--output-dir {folder} is not empty and holds no grid of ours (no {GRID_RECORD}); give a new or empty "
-            f"folder."
+            f"{flag} {folder} is not empty and holds no {noun} of ours (no {GRID_RECORD}); give a new or empty folder."
         )
-    # whole or not at all: a half-written record would stop every later start of this grid with a JSON error
-    write_text_atomic(record, json.dumps(wanted, indent=2) + "\n", "--output-dir")
+    else:  # whole or not at all: a half-written record would stop every later start with a JSON error
+        write_text_atomic(record, json.dumps(grid, indent=2, ensure_ascii=False) + "\n", flag)
+
+
+def check_grid_folder(output_dir: str | Path, preset: TrainingPreset, settings: GridSettings) -> None:
+    """Make `output_dir` a grid's folder, or accept it as the same grid's (`_open_grid_folder`)."""
+    why = "its rows would not compare with new ones; give the flags it was started with, or another --output-dir."
+    _open_grid_folder(Path(output_dir), grid_settings(preset, settings), "--output-dir", "grid", why)
 
 
 def plain(value: object) -> object:
@@ -128,38 +123,24 @@ def folder_name(row_name: str) -> str:
 
 
 class RecordFolder:
-    """A grid's records kept for good (`--records DIR`): `ablation.json`, the grid's settings (`grid_settings`; here
-    also the rows' order and the learning-rate choice), and `rows/<row>.json`, one finished row's record each,
-    written whole. A folder holding records of other settings is refused, naming the settings that differ."""
+    """A grid's records kept for good (`--records DIR`, meant for the repository): `ablation.json`, the grid's settings
+    (here also the rows' order and the learning-rate choice), and `rows/<row>.json`, one finished row's record each. A
+    later run with the same settings trains only the rows it lacks; one with other settings is refused, so that
+    records of two recipes never mix in one table."""
 
     def __init__(self, folder: str | Path, grid: dict | None = None):
         """Open `folder` for a grid whose settings are `grid`, creating it when new; with `grid=None`, open an
         existing records folder to read (`table_from_records`)."""
         self.folder = Path(folder)
         self.index_path = self.folder / GRID_RECORD
-        if self.index_path.is_file():
-            differ = [] if grid is None else settings_differ(grid, self.index())
-            if differ:
-                raise OutputError(
-                    f"--records {self.folder} holds the records of a grid with other settings ({', '.join(differ)} "
-                    f"differ): rows of two recipes would mix in one table; give the flags those rows were trained "
-                    f"with, or another --records folder."
-                )
-        elif grid is None:
+        if grid is not None:
+            why = "rows of two recipes would mix; give the flags they were trained with, or another --records folder."
+            _open_grid_folder(self.folder, grid, "--records", "records", why)
+        elif not self.index_path.is_file():
             raise DataError(f"--records {self.folder} holds no grid's records (no {GRID_RECORD}); check the path.")
-        elif self.folder.is_dir() and any(self.folder.iterdir()):
-            raise OutputError(
-                f"--records {self.folder} is not empty and holds no records of ours (no {GRID_RECORD}); give a new "
-                f"or empty folder."
-            )
-        else:
-            self._write_index(grid)
 
     def index(self) -> dict:
         return read_record(self.index_path)
-
-    def _write_index(self, index: dict) -> None:
-        write_text_atomic(self.index_path, json.dumps(index, indent=2, ensure_ascii=False) + "\n", "--records")
 
     def path(self, row_name: str) -> Path:
         return self.folder / "rows" / f"{folder_name(row_name)}.json"
@@ -189,7 +170,8 @@ class RecordFolder:
 
     def note(self, **entries: object) -> None:
         """Add `entries` to `ablation.json` (the settings it holds stay as they are)."""
-        self._write_index(self.index() | plain(entries))
+        index = self.index() | plain(entries)
+        write_text_atomic(self.index_path, json.dumps(index, indent=2, ensure_ascii=False) + "\n", "--records")
 
     def note_lr_choice(self, sweep: dict) -> None:
         """Record the learning-rate sweep; a choice other than the one recorded is refused (its rows would mix)."""

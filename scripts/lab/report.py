@@ -1,7 +1,6 @@
-"""The Table 3 report (§6.2): the paper's numbers, and from a grid's row records (`experiments.ablation`) the table
-beside them: mean ± sd over seeds, Δ test BLEU against the base row with a 95% confidence interval by paired
-bootstrap (`paired_bootstrap`), whether the paper's Δ agrees (`agreement`), each row's curve status
-(`curve_status`), as Markdown, CSV and plots (`write_table`, `write_curves`)."""
+"""The Table 3 report (§6.2): the paper's numbers, and from a grid's row records (`ablation`) the table beside them
+as Markdown, CSV and plots: mean ± sd over seeds, Δ test BLEU against the base row with a 95% confidence interval
+(`paired_bootstrap`), whether the paper's Δ agrees (`agreement`) and each row's `curve_status`."""
 
 import csv
 import json
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from vanilla_transformer.errors import DataError
+from vanilla_transformer.files.outputs import staged_file
 
 # Table 3 of the paper: (dev perplexity per wordpiece, dev BLEU on newstest2013, parameters ×10⁶) of each row, base
 # model N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, ε_ls=0.1, 100K steps; blank cells are None.
@@ -40,6 +40,7 @@ PAPER_ROWS = {
     "big": (4.33, 26.4, 213),
 }
 PAPER_BIG = "N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3, 300K steps (the paper's; not trained here)"
+PAPER_COLUMNS = ("paper PPL", "paper BLEU", "paper params (M)")
 # the paired bootstrap: sacreBLEU's own default number of resamples and seed (`sacrebleu.significance`)
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 12345
@@ -51,7 +52,7 @@ PAPER_NOISE = 0.3
 
 def bleu_from_statistics(summed: np.ndarray | list[int]) -> float:
     """Corpus BLEU from summed `bleu_statistics`, with sacreBLEU's defaults (4-grams, exp smoothing) that
-    `score_translations` uses: over all sentences it is the row's sacreBLEU score."""
+    `score_translations` uses."""
     from sacrebleu.metrics import BLEU
 
     summed = [int(value) for value in summed]
@@ -61,8 +62,7 @@ def bleu_from_statistics(summed: np.ndarray | list[int]) -> float:
 def choose_lr_factor(sweep: list[dict]) -> float:
     """The factor of the sweep's record with the best dev BLEU (the first of equals): chosen once on the base row's
     dev set and kept for every row, as the paper chose its recipe on the base model (§5.3, §6.2)."""
-    best = max(sweep, key=lambda record: record["dev_bleu"])
-    return best["lr_factor"]
+    return max(sweep, key=lambda record: record["dev_bleu"])["lr_factor"]
 
 
 def paired_bootstrap(
@@ -72,9 +72,8 @@ def paired_bootstrap(
     seed: int = BOOTSTRAP_SEED,
 ) -> dict:
     """Δ = corpus BLEU of the row − that of the base on the same test sentences, with its 95% confidence interval by
-    paired bootstrap resampling (Koehn 2004): resample the sentences with replacement (seeded) and recompute both
-    corpus BLEUs from their per-sentence `bleu_statistics`, as `sacrebleu.significance` does; the interval is the
-    2.5th and 97.5th percentiles of the resampled Δ (sacreBLEU's paired test gives no interval of the difference)."""
+    paired bootstrap resampling (Koehn 2004) of the per-sentence `bleu_statistics`, as `sacrebleu.significance` does:
+    the 2.5th and 97.5th percentiles of the resampled Δ (sacreBLEU's paired test gives no interval of Δ)."""
     base, row = np.asarray(base_statistics, dtype=np.int64), np.asarray(row_statistics, dtype=np.int64)
     if base.ndim != 2 or base.shape[1:] != (10,) or base.shape != row.shape:
         raise DataError(
@@ -109,10 +108,8 @@ def agreement(paper_delta: float | None, low: float | None, high: float | None) 
 
 
 def curve_status(record: dict) -> tuple[str, str]:
-    """What a row's curves say, as (kind, words): "diverged" (a loss or the dev perplexity not finite, dev BLEU ended
-    below half a peak of 2 or more, or the training loss ended above 1.5 × its lowest), "rising" (dev BLEU gained more
-    than `PLATEAU_RISE` over the last quarter of the updates), "plateau", or "unknown" (no evaluation before or none
-    inside the last quarter)."""
+    """What a row's curves say, as (kind, words): "diverged", "rising" (dev BLEU gained more than `PLATEAU_RISE` over
+    the last quarter of the updates), "plateau", or "unknown" (no evaluation before or none inside the last quarter)."""
     curve, losses = record.get("dev_curve") or [], record.get("train_loss") or []
     broken = [step for step, loss in losses if loss is None]
     broken += [point["step"] for point in curve if point["loss"] is None or point["bleu"] is None]
@@ -145,8 +142,8 @@ def row_status(seeds: list[dict]) -> tuple[str, str]:
 
 
 def variants(records: list[dict]) -> list[list[dict]]:
-    """The records grouped by row, its seeds together (same group and changes; seed 0 first), in the order the rows
-    first come; the learning-rate sweep's rows are left out (`write_table` shows them apart)."""
+    """The records grouped by row, its seeds together (seed 0 first), in the order the rows first come; the
+    learning-rate sweep's rows are left out (`write_table` shows them apart)."""
     grouped: dict[str, list[dict]] = {}
     for record in records:
         if record["row"]["group"] != "lr":
@@ -167,8 +164,7 @@ def _spread(values: list[float | None], digits: int) -> str:
 def table_rows(records: list[dict]) -> list[dict]:
     """The table's cells, one line per row with its seeds together (mean ± sd), then the paper's "big" row as a
     reference when the grid has rows of the paper's Table 3 but no "big" row. Δ is the row's test BLEU minus the base
-    row's, both of seed 0, with its `paired_bootstrap` interval; the paper's Δ is its dev BLEU minus its base's 25.8.
-    The curve column is `row_status`."""
+    row's, both of seed 0; the paper's Δ is its dev BLEU minus its base's 25.8."""
     lines = []
     grouped = variants(records)
     base = next((seeds for seeds in grouped if seeds[0]["row"]["group"] == "base"), None)
@@ -178,7 +174,7 @@ def table_rows(records: list[dict]) -> list[dict]:
         paper = PAPER_BASE if is_base else PAPER_ROWS.get(name, (None, None, None))
         paper_delta = None if is_base or paper[1] is None else round(paper[1] - PAPER_BASE[1], 1)
         pairable = not is_base and base is not None and base[0].get("test_bleu_statistics")
-        delta = None
+        delta = {"low": None, "high": None}
         if pairable and first.get("test_bleu_statistics"):
             delta = paired_bootstrap(base[0]["test_bleu_statistics"], first["test_bleu_statistics"])
         lines.append(
@@ -194,27 +190,20 @@ def table_rows(records: list[dict]) -> list[dict]:
                 "test BLEU (tok.)": _spread([record.get("test_tokenized_bleu") for record in seeds], 1),
                 "seeds": len(seeds),
                 "Δ test BLEU, seed 0 [95% CI]": (
-                    "" if delta is None else f"{delta['delta']:+.1f} [{delta['low']:+.1f}, {delta['high']:+.1f}]"
+                    f"{delta['delta']:+.1f} [{delta['low']:+.1f}, {delta['high']:+.1f}]" if "delta" in delta else ""
                 ),
                 "paper Δ BLEU": "" if paper_delta is None else f"{paper_delta:+.1f}",
-                "agrees with paper": agreement(
-                    paper_delta, *((delta["low"], delta["high"]) if delta is not None else (None, None))
-                ),
+                "agrees with paper": agreement(paper_delta, delta["low"], delta["high"]),
                 "curve": row_status(seeds)[1],
                 "wall (min)": f"{statistics.mean(record['wall_seconds'] for record in seeds) / 60:.1f}",
-                "paper PPL": "" if paper[0] is None else paper[0],
-                "paper BLEU": "" if paper[1] is None else paper[1],
-                "paper params (M)": "" if paper[2] is None else paper[2],
             }
+            | {column: "" if value is None else value for column, value in zip(PAPER_COLUMNS, paper, strict=True)}
         )
     names = {seeds[0]["row"]["name"] for seeds in grouped}
     if "big" not in names and names & (set(PAPER_ROWS) - {"big"}):
         paper = PAPER_ROWS["big"]
-        reference = dict.fromkeys(lines[0], "")
-        reference.update({"row": "big (paper)", "changes": PAPER_BIG})
-        reference.update({"paper Δ BLEU": f"{paper[1] - PAPER_BASE[1]:+.1f}", "paper PPL": paper[0]})
-        reference.update({"paper BLEU": paper[1], "paper params (M)": paper[2]})
-        lines.append(reference)
+        big = {"row": "big (paper)", "changes": PAPER_BIG, "paper Δ BLEU": f"{paper[1] - PAPER_BASE[1]:+.1f}"}
+        lines.append(dict.fromkeys(lines[0], "") | big | dict(zip(PAPER_COLUMNS, paper, strict=True)))
     return lines
 
 
@@ -241,10 +230,8 @@ def sweep_lines(records: list[dict]) -> list[str]:
 
 def write_curves(records: list[dict], path: Path) -> Path:
     """`table3_curves.png`: one panel per row (the sweep's too) with every seed's dev BLEU curve and seed 0's training
-    loss, titled with the row's `row_status` (red if diverged, orange if still rising)."""
+    loss, titled with the row's `row_status`."""
     from matplotlib.figure import Figure
-
-    from vanilla_transformer.files.outputs import staged_file
 
     panels = variants(records) + [[record] for record in records if record["row"]["group"] == "lr"]
     columns = min(4, len(panels))
@@ -281,11 +268,8 @@ def write_curves(records: list[dict], path: Path) -> Path:
 
 def write_table(records: list[dict], output_dir: Path) -> dict[str, Path]:
     """`table3.md` (the table, then the learning-rate sweep if any), `table3.csv`, `table3.png` (each row's dev BLEU
-    and perplexity, mean and sd over its seeds, the base's spread as a band) and `table3_curves.png` in `output_dir`,
-    each replaced whole; all from `records` alone."""
+    and perplexity, the base's spread as a band) and `table3_curves.png` in `output_dir`, each replaced whole."""
     from matplotlib.figure import Figure
-
-    from vanilla_transformer.files.outputs import staged_file
 
     table = table_rows(records)
     paths = {kind: output_dir / f"table3.{kind}" for kind in ("md", "csv", "png")}

@@ -73,8 +73,7 @@ def bleu_statistics(
 
 
 def score_split(model, tokenizer, preset: TrainingPreset, split: str, settings: GridSettings) -> dict:
-    """Translate `split` once with the model's generation config and score it (`score_translations`): BLEU,
-    tokenized BLEU or None, the hypotheses with their `bleu_statistics`, and the sources and references."""
+    """Translate `split` once with the model's generation config and score it (`score_translations`)."""
     from vanilla_transformer.data.corpora import load_corpus, sides
     from vanilla_transformer.data.tokenization import lowercases
     from vanilla_transformer.inference.scoring import score_translations
@@ -103,7 +102,7 @@ def score_split(model, tokenizer, preset: TrainingPreset, split: str, settings: 
 
 def dev_curve(log_history: list[dict]) -> list[dict]:
     """The dev evaluations the run logged (greedy, `eval_steps` apart): step, dev BLEU and dev loss (None where not
-    finite). Only what training logged: an evaluation added here would cost time and change nothing."""
+    finite)."""
     return [
         {"step": entry["step"], "bleu": plain(entry["eval_bleu"]), "loss": plain(entry.get("eval_loss"))}
         for entry in log_history
