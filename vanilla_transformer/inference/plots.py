@@ -26,9 +26,8 @@ def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
         bleu_axis.plot(*zip(*bleu, strict=True), marker="o", color="tab:green")
     bleu_axis.set(xlabel="update step", ylabel="sacreBLEU", title="validation BLEU")
     figure.tight_layout()
-    path = Path(path)
     figure.savefig(path, dpi=120)
-    return path
+    return Path(path)
 
 
 @torch.inference_mode()
@@ -99,6 +98,5 @@ def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], p
             axis.set_yticks(range(len(rows)), rows, fontsize=7)
             axis.set_title(f"{kind} layer {layer} head {head}", fontsize=8)
     figure.tight_layout()
-    path = Path(path)
     figure.savefig(path, dpi=120)
-    return path
+    return Path(path)
