@@ -77,12 +77,7 @@ def run(args: argparse.Namespace) -> None:
 
     if args.hypotheses is not None:
         scores = score_files(
-            args.hypotheses,
-            args.references,
-            args.tokenized_references,
-            args.lang,
-            lowercase=args.lowercase,
-            bleu_tokenize=args.bleu_tokenize,
+            args.hypotheses, args.references, args.tokenized_references, args.lang, args.lowercase, args.bleu_tokenize
         )
     else:
         source_lang, target_lang = corpus_languages(args.corpus_file or "", args.source_lang, args.target_lang)
