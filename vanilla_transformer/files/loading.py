@@ -44,14 +44,11 @@ def bad_values(tensor: torch.Tensor) -> str:
     """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return ""
-    try:  # one pass, NaN propagates to both; float8 has no CPU kernel
-        low, high = torch.aminmax(tensor)
-    except (RuntimeError, NotImplementedError):
-        low, high = torch.aminmax(tensor.float())
+    if tensor.dtype.itemsize == 1:  # float8: aminmax, isnan and abs have no CPU kernel
+        tensor = tensor.float()
+    low, high = torch.aminmax(tensor)  # one pass, NaN propagates to both
     if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
         return ""
-    if tensor.dtype.itemsize == 1:  # float8: isnan and abs have no CPU kernel either
-        tensor = tensor.float()
     nan = int(torch.isnan(tensor).sum())
     inf = int(torch.isinf(tensor).sum())
     huge = int((tensor.abs() >= HUGE_WEIGHT).sum()) - inf  # float16 cannot hold 2^64: only its Inf count here
