@@ -37,7 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bleu-tokenize",
-        default=None,
         choices=["13a", "intl", "char", "none", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200", "spm"],
         help="sacreBLEU's tokenizer; default: the one sacreBLEU picks for the target language (zh, ja-mecab, "
         "ko-mecab, else 13a)",
@@ -52,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     translating = parser.add_argument_group("with --model")
     translating.add_argument("--split", help="the split to translate, e.g. test2016, test2017, valid")
     data = translating.add_mutually_exclusive_group()
-    data.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
+    data.add_argument("--data-dir", type=existing_dir, help=DATA_DIR_HELP)
     data.add_argument(
         "--corpus-file",
         type=existing_file,

@@ -57,12 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate call (default 64)")
     parser.add_argument(
-        "--num-beams", type=num_beams, default=None, help="beam size; default: the model's generation config (paper: 4)"
+        "--num-beams", type=num_beams, help="beam size; default: the model's generation config (paper: 4)"
     )
     parser.add_argument(
         "--length-penalty",
         type=finite_float,
-        default=None,
         help="the GNMT length penalty's α; default: the model's (the paper's 0.6, or the α its release chose on valid)",
     )
     parser.add_argument(
@@ -77,9 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10_000,
         help="lines read, translated and written at a time (default 10000): bounds memory on large inputs",
     )
-    parser.add_argument(
-        "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
-    )
+    parser.add_argument("--device", type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available")
     add_engine_arguments(parser)
 
 
