@@ -1,10 +1,7 @@
-"""The package's refusals, one family: every input, setting, file or folder this package will not use raises a
-`VanillaTransformerError` whose message names the problem and the fix.
-
-The base is a `ValueError`, so that callers of the Python API who catch `ValueError` keep catching every refusal; a
-subclass says which stage refused, and keeps the built-in type a caller may expect of it (a missing download is an
-`OSError` too, a missing optional package an `ImportError`). The command line prints the message as one line,
-`error: ...`, and exits with status 2; every other exception is a bug and shows its traceback (docs/reliability.md).
+"""The package's refusals: a `VanillaTransformerError` (a `ValueError`, so that callers who catch `ValueError` keep
+catching every refusal) whose message names the problem and the fix; a subclass says which stage refused and keeps
+the built-in type a caller may expect (`OSError` for a missing download, `ImportError` for a missing package). The
+command line prints it as `error: ...` and exits with status 2; any other exception is a bug (docs/reliability.md).
 """
 
 

@@ -37,7 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bleu-tokenize",
-        default=None,
         choices=["13a", "intl", "char", "none", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200", "spm"],
         help="sacreBLEU's tokenizer; default: the one sacreBLEU picks for the target language (zh, ja-mecab, "
         "ko-mecab, else 13a)",
@@ -52,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     translating = parser.add_argument_group("with --model")
     translating.add_argument("--split", help="the split to translate, e.g. test2016, test2017, valid")
     data = translating.add_mutually_exclusive_group()
-    data.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
+    data.add_argument("--data-dir", type=existing_dir, help=DATA_DIR_HELP)
     data.add_argument(
         "--corpus-file",
         type=existing_file,
@@ -77,12 +76,7 @@ def run(args: argparse.Namespace) -> None:
 
     if args.hypotheses is not None:
         scores = score_files(
-            args.hypotheses,
-            args.references,
-            args.tokenized_references,
-            args.lang,
-            lowercase=args.lowercase,
-            bleu_tokenize=args.bleu_tokenize,
+            args.hypotheses, args.references, args.tokenized_references, args.lang, args.lowercase, args.bleu_tokenize
         )
     else:
         source_lang, target_lang = corpus_languages(args.corpus_file or "", args.source_lang, args.target_lang)

@@ -26,7 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-positions",
         type=int_in_range(1),
-        default=None,
         help="positions the export holds (default: max(max_position_embeddings, 1024); a learned table is exported "
         "as it is); longer sentences and translations cannot be decoded by the export",
     )

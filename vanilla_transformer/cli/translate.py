@@ -3,10 +3,6 @@
 The input is raw text, one sentence per line (the model's tokenizer does the rest); the decoding is the model's
 generation config (the paper's) unless told otherwise.
 
-    vanilla-transformer translate --model DIR_OR_HUB_ID [--input FILE] [--output FILE] [--batch-size 64]
-        [--num-beams N] [--length-penalty ALPHA] [--num-return-sequences N] [--chunk-lines 10000]
-        [--device cpu|cuda] [--dtype bfloat16] [--engine pytorch|ctranslate2]
-
 `--engine ctranslate2` decodes with a CTranslate2 export of the model (`vanilla-transformer export-ctranslate2`):
 the same tokenizer, beam size, maximum length and GNMT length penalty (applied to its n-best list).
 
@@ -27,6 +23,7 @@ import os
 import stat
 import sys
 import time
+from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
 
@@ -60,12 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate call (default 64)")
     parser.add_argument(
-        "--num-beams", type=num_beams, default=None, help="beam size; default: the model's generation config (paper: 4)"
+        "--num-beams", type=num_beams, help="beam size; default: the model's generation config (paper: 4)"
     )
     parser.add_argument(
         "--length-penalty",
         type=finite_float,
-        default=None,
         help="the GNMT length penalty's α; default: the model's (the paper's 0.6, or the α its release chose on valid)",
     )
     parser.add_argument(
@@ -80,9 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10_000,
         help="lines read, translated and written at a time (default 10000): bounds memory on large inputs",
     )
-    parser.add_argument(
-        "--device", default=None, type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available"
-    )
+    parser.add_argument("--device", type=device, help="cpu, cuda, cuda:1, ...; default: cuda if available")
     add_engine_arguments(parser)
 
 
@@ -127,30 +121,25 @@ def run(args: argparse.Namespace) -> None:
         identity = {"input": os.path.realpath(source_path), "size": status.st_size, "mtime_ns": status.st_mtime_ns}
         identity |= {name: getattr(args, name) for name in options}
     translator = load_translator(args.model, args.engine, args.device, args.dtype)
-    decoding = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
+    decoding = {"batch_size": args.batch_size, "num_beams": args.num_beams, "length_penalty": args.length_penalty}
 
-    handle = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115 (closed below)
+    source = nullcontext(sys.stdin.buffer) if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
     start, translated, broken = time.perf_counter(), 0, 0
-    try:
+    with source as handle, chunked_output(args.output, identity) as output:
         lines = iter_lines(handle, "<stdin>" if args.input == "-" else args.input)
-        with chunked_output(args.output, identity) as output:
-            skipped = sum(1 for _ in islice(lines, output.done))
-            total = count_lines(args.input) if args.input != "-" else None
-            with tqdm(total=total, initial=skipped, unit=" lines", file=sys.stderr, dynamic_ncols=True) as progress:
-                while chunk := list(islice(lines, args.chunk_lines)):
-                    decode = {"batch_size": args.batch_size, **decoding}
-                    if nbest > 1:  # (line, text, score) rows; an empty line's one hypothesis, not decoded, scores 0
-                        ranked = enumerate(translator.nbest(chunk, nbest, **decode))
-                        rows = [(output.done + line, *best) for line, hypotheses in ranked for best in hypotheses]
-                    else:
-                        rows = [(None, text, None) for text in translator.translate(chunk, **decode)]
-                    broken += sum(1 for _, text, _ in rows if "\n" in text or "\r" in text)
-                    output.write([_output_line(*row) for row in rows], len(chunk))
-                    translated += len(chunk)
-                    progress.update(len(chunk))
-    finally:
-        if handle is not sys.stdin.buffer:
-            handle.close()
+        skipped = sum(1 for _ in islice(lines, output.done))
+        total = count_lines(args.input) if args.input != "-" else None
+        with tqdm(total=total, initial=skipped, unit=" lines", file=sys.stderr, dynamic_ncols=True) as progress:
+            while chunk := list(islice(lines, args.chunk_lines)):
+                if nbest > 1:  # (line, text, score) rows; an empty line's one hypothesis, not decoded, scores 0
+                    ranked = enumerate(translator.nbest(chunk, nbest, **decoding))
+                    rows = [(output.done + line, *best) for line, hypotheses in ranked for best in hypotheses]
+                else:
+                    rows = [(None, text, None) for text in translator.translate(chunk, **decoding)]
+                broken += sum(1 for _, text, _ in rows if "\n" in text or "\r" in text)
+                output.write([_output_line(*row) for row in rows], len(chunk))
+                translated += len(chunk)
+                progress.update(len(chunk))
     seconds = time.perf_counter() - start
     logger.info("translated %d lines in %.1fs on %s (%s)", translated, seconds, translator.device, args.engine)
     if broken:

@@ -1,12 +1,9 @@
 """Loading a saved model folder, and every check on one (config, weights, tokenizer, checksums).
 
-`write_checksums` stores each safetensors file's SHA-256 beside it (`<file>.sha256`, `sha256sum -c` format): the
-format itself cannot see a flipped bit in tensor data. `load_checked_weights` is the one check of a folder's weights
-(loading, push and checkpoint averaging call it): what transformers does not check (complete files, checksums,
-values), and transformers' own loading report (names, shapes) in words that name the file and the fix; a problem
-raises a `ModelFolderError`. Pickled weights are named, never opened: unpickling runs arbitrary code.
-`load_model_and_tokenizer` runs those checks (on a Hub model's download too) and refuses a tokenizer that is not the
-model's.
+Each safetensors file's SHA-256 is stored beside it (`<file>.sha256`): the format cannot see a flipped bit in tensor
+data. `load_checked_weights` is the one check of a folder's weights (loading, push and averaging call it): complete
+files, checksums and values, which transformers does not check, and its own loading report (names, shapes) in words
+that name the file and the fix. Pickled weights are named, never opened: unpickling runs arbitrary code.
 """
 
 import json
@@ -14,11 +11,7 @@ from pathlib import Path
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    PreTrainedConfig,
-    PreTrainedModel,
-)
+from transformers import AutoModelForSeq2SeqLM, PreTrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
@@ -51,14 +44,11 @@ def bad_values(tensor: torch.Tensor) -> str:
     """What is impossible in a floating-point tensor ("3 NaN, 1 Inf of 2048 values"), or "" when nothing is."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return ""
-    try:  # one pass, NaN propagates to both; float8 has no CPU kernel
-        low, high = torch.aminmax(tensor)
-    except (RuntimeError, NotImplementedError):
-        low, high = torch.aminmax(tensor.float())
+    if tensor.dtype.itemsize == 1:  # float8: aminmax, isnan and abs have no CPU kernel
+        tensor = tensor.float()
+    low, high = torch.aminmax(tensor)  # one pass, NaN propagates to both
     if -HUGE_WEIGHT < float(low) and float(high) < HUGE_WEIGHT:
         return ""
-    if tensor.dtype.itemsize == 1:  # float8: isnan and abs have no CPU kernel either
-        tensor = tensor.float()
     nan = int(torch.isnan(tensor).sum())
     inf = int(torch.isinf(tensor).sum())
     huge = int((tensor.abs() >= HUGE_WEIGHT).sum()) - inf  # float16 cannot hold 2^64: only its Inf count here
@@ -71,18 +61,14 @@ def config_error_message(error: Exception) -> str:
     return str(error.__cause__) if isinstance(error, StrictDataclassError) and error.__cause__ else str(error)
 
 
-def write_checksums(folder: str | Path) -> list[Path]:
-    """Write `<name>.sha256` (the `sha256sum` format) beside every `*.safetensors` file of `folder`; returns them."""
-    written = []
-    for path in sorted(Path(folder).glob("*.safetensors")):
-        checksum = path.with_name(path.name + CHECKSUM_SUFFIX)
-        checksum.write_text(f"{file_sha256(path)}  {path.name}\n", encoding="utf-8")
-        written.append(checksum)
-    return written
+def write_checksums(folder: str | Path) -> None:
+    """Write `<name>.sha256` (the `sha256sum -c` format) beside every `*.safetensors` file of `folder`."""
+    for path in Path(folder).glob("*.safetensors"):
+        path.with_name(path.name + CHECKSUM_SUFFIX).write_text(f"{file_sha256(path)}  {path.name}\n", encoding="utf-8")
 
 
 def check_config_file(path: str | Path) -> dict:
-    """The parsed config.json of a vanilla_transformer folder, or a `ModelFolderError` naming what is wrong."""
+    """The parsed config.json of a vanilla_transformer folder."""
     path = Path(path)
     if not path.is_file():
         raise ModelFolderError(f"{path} is missing; a model folder needs the config.json that save_pretrained writes.")
@@ -113,7 +99,7 @@ def check_config_file(path: str | Path) -> dict:
 
 
 def check_safetensors_file(path: str | Path) -> None:
-    """Raise a `ModelFolderError` if `path` is not a complete safetensors file or fails its `<name>.sha256`."""
+    """Refuse `path` unless it is a complete safetensors file that matches its `<name>.sha256`."""
     from safetensors import safe_open
 
     path = Path(path)
@@ -136,8 +122,7 @@ def check_safetensors_file(path: str | Path) -> None:
 
 
 def _safetensors_problem(path: Path, error: Exception) -> str:
-    """What is wrong with a file `safe_open` refused, read from its header: safetensors gives the same message for a
-    file cut short and one with bytes past its last tensor, and no sizes."""
+    # safetensors gives the same message for a file cut short and one with bytes past its last tensor, and no sizes
     size = path.stat().st_size
     fix = "copy or download it again, or re-save the model"
     with path.open("rb") as handle:
@@ -170,7 +155,7 @@ def _safetensors_problem(path: Path, error: Exception) -> str:
 
 
 def index_shards(index: Path) -> list:
-    """The shard names a model.safetensors.index.json maps weights to; a `ModelFolderError` if it is corrupted."""
+    """The shard names a model.safetensors.index.json maps weights to."""
     try:
         return sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
@@ -178,7 +163,7 @@ def index_shards(index: Path) -> list:
 
 
 def weight_files(folder: str | Path) -> list[Path]:
-    """The safetensors files holding a folder's weights; only pickled weights raise a `ModelFolderError` naming them."""
+    """The safetensors files holding a folder's weights; pickled ones are refused by name."""
     folder = Path(folder)
     index = folder / SAFE_WEIGHTS_INDEX_NAME
     if index.is_file():
@@ -203,7 +188,7 @@ def weight_files(folder: str | Path) -> list[Path]:
 
 
 def check_model_folder(folder: str | Path) -> PreTrainedModel:
-    """Check a saved model folder; returns its model, loaded from its safetensors weights."""
+    """The model of a checked saved model folder."""
     folder = Path(folder)
     if not folder.exists():
         raise ModelFolderError(
@@ -227,27 +212,11 @@ def check_model_folder(folder: str | Path) -> PreTrainedModel:
 
 
 def _listed(names: list[str]) -> str:
-    """The first `LISTED` names, comma-separated, and how many more there are."""
     shown = ", ".join(names[:LISTED])
     return shown if len(names) <= LISTED else f"{shown} and {len(names) - LISTED} more"
 
 
-def _config_object(config: dict | PreTrainedConfig, source: str) -> PreTrainedConfig:
-    """`config` as a `VanillaTransformerConfig`; a dict that describes no model raises a `ModelFolderError`."""
-    if not isinstance(config, dict):
-        return config
-    try:
-        return VanillaTransformerConfig.from_dict(config)
-    except CONFIG_ERRORS as error:
-        raise ModelFolderError(
-            f"{source} describes no valid model ({config_error_message(error)}); restore the config.json saved with "
-            f"the weights."
-        ) from None
-
-
 def _names_and_shapes_problems(folder: Path, files: list[Path], model_class: str, info: dict) -> list[str]:
-    """What transformers' loading report (`output_loading_info`) says of the tensors, in words that name the file
-    and the fix: tensors the model lacks, tensors it needs and did not get, and shapes it does not have."""
     from safetensors import safe_open
 
     where: dict[str, str] = {}
@@ -284,7 +253,6 @@ def _names_and_shapes_problems(folder: Path, files: list[Path], model_class: str
 
 
 def _value_problems(files: list[Path]) -> list[str]:
-    """Impossible values (`bad_values`) in the stored tensors, read one at a time."""
     from safetensors import safe_open
 
     bad = []
@@ -308,17 +276,23 @@ def load_checked_weights(
     folder: str | Path, config: dict | PreTrainedConfig
 ) -> tuple[PreTrainedModel | None, list[str]]:
     """The model of `folder`'s weights with `config`, and every reason they cannot be this model's (the model is
-    None then), in three stages, each only when the one before found nothing: the files (safetensors, complete,
-    matching their `.sha256`); tensor names and shapes, from transformers' own loading report; values
-    (`bad_values`)."""
+    None then), in stages, each only when the one before found nothing: the files (complete, matching their
+    `.sha256`); names and shapes, from transformers' loading report; values (`bad_values`)."""
     folder = Path(folder)
     try:
         files = weight_files(folder)
         for path in files:
             check_safetensors_file(path)
-        config = _config_object(config, str(folder / "config.json"))
     except ModelFolderError as error:
         return None, [str(error)]
+    if isinstance(config, dict):
+        try:
+            config = VanillaTransformerConfig.from_dict(config)
+        except CONFIG_ERRORS as error:
+            return None, [
+                f"{folder / 'config.json'} describes no valid model ({config_error_message(error)}); restore the "
+                f"config.json saved with the weights."
+            ]
     model, info = AutoModelForSeq2SeqLM.from_pretrained(
         folder, config=config, use_safetensors=True, output_loading_info=True, ignore_mismatched_sizes=True
     )
@@ -327,13 +301,11 @@ def load_checked_weights(
 
 
 def weights_problems(folder: str | Path, config: dict | PreTrainedConfig) -> list[str]:
-    """Every reason the weights of `folder` cannot be this model's with `config` (`load_checked_weights`)."""
     return load_checked_weights(folder, config)[1]
 
 
 def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
-    """Raise a `ModelFolderError` if the tokenizer can produce ids the model has no embedding for, or if the two
-    disagree on the padding or end-of-sentence id."""
+    """Refuse a tokenizer with ids past the model's embeddings, or another padding or end-of-sentence id."""
     size = len(tokenizer)
     if size > config.vocab_size:
         raise ModelFolderError(
@@ -353,7 +325,7 @@ def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTr
 
 
 def check_tokenizer_files(folder: str | Path) -> None:
-    """Raise a `ModelFolderError` naming the tokenizer files (`TOKENIZER_FILES`) a model folder lacks."""
+    """Refuse a model folder that lacks one of `TOKENIZER_FILES`."""
     folder = Path(folder)
     missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
     if missing:
@@ -365,19 +337,17 @@ def check_tokenizer_files(folder: str | Path) -> None:
 
 
 def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> None:
-    """Raise a `ModelFolderError` if the tokenizer's fingerprint differs from the one training recorded in
-    config.json; folders that predate the fingerprint get the weaker `check_tokenizer_fits_model` only."""
+    """Refuse a tokenizer whose fingerprint differs from the one config.json records (folders that predate the
+    fingerprint get `check_tokenizer_fits_model` only)."""
     recorded = getattr(config, "tokenizer_fingerprint", None)
-    if recorded is not None:
-        actual = tokenizer_fingerprint(tokenizer)
-        if actual != recorded:
-            raise ModelFolderError(
-                f"The tokenizer of {source} (tokenizer.json) is not the one the model was trained with: its "
-                f"fingerprint is {actual[:16]}… but {source}/config.json records tokenizer_fingerprint="
-                f"{recorded[:16]}…, so the ids would stand for other tokens and the output would be garbage. Copy "
-                f"tokenizer.json and tokenizer_config.json from the training run's tokenizer/ folder (or the "
-                f"checkpoint the weights came from) into {source}."
-            )
+    if recorded is not None and (actual := tokenizer_fingerprint(tokenizer)) != recorded:
+        raise ModelFolderError(
+            f"The tokenizer of {source} (tokenizer.json) is not the one the model was trained with: its "
+            f"fingerprint is {actual[:16]}… but {source}/config.json records tokenizer_fingerprint="
+            f"{recorded[:16]}…, so the ids would stand for other tokens and the output would be garbage. Copy "
+            f"tokenizer.json and tokenizer_config.json from the training run's tokenizer/ folder (or the "
+            f"checkpoint the weights came from) into {source}."
+        )
     check_tokenizer_fits_model(tokenizer, config, source)
 
 
@@ -387,7 +357,7 @@ DOWNLOADED_FILES = ("*.json", "*.safetensors", "*" + CHECKSUM_SUFFIX, "*.txt")
 
 
 def download_model(repo_id: str) -> Path:
-    """The cached folder of Hub model `repo_id`'s `DOWNLOADED_FILES`, to be checked exactly as a local folder is."""
+    """The cached folder of Hub model `repo_id`'s `DOWNLOADED_FILES`, checked as a local folder is."""
     from huggingface_hub import snapshot_download
 
     try:

@@ -1,21 +1,13 @@
-"""The CTranslate2 engine: export a saved model folder to CTranslate2, and translate with the export.
+"""The CTranslate2 engine (the optional extra `ctranslate2`): export a saved model folder, translate with the export.
 
-The export fills CTranslate2's `TransformerSpec` (the model of §3, layer by layer) from our modules with ctranslate2's
-own `Converter` (`validate`, `optimize` for quantization, `save`), as its Marian and fairseq converters do. What the
-spec cannot express is refused by name; the rest maps one to one (√d_model embedding scale, post-LN or pre-LN,
-biases, shared or tied embeddings, activation, LayerNorm epsilon), except:
+The export fills CTranslate2's `TransformerSpec` (§3, layer by layer) with ctranslate2's own `Converter`, as its
+Marian and fairseq converters do; what the spec cannot express is refused by name. CTranslate2's built-in sinusoid
+matches neither of our layouts (§3.5), so every export carries a table of `max_positions` rows; longer sentences or
+translations cannot be decoded by the export.
 
-- positions (§3.5): CTranslate2's built-in sinusoid matches neither our interleaved nor our halves layout, so every
-  export carries an explicit table of `max_positions` rows (default max(max_position_embeddings, 1024)); longer
-  sentences or translations cannot be decoded by the export, where our PyTorch model extends its sinusoid;
-- the source already ends in </s> (our tokenizer adds it), the decoder starts from `decoder_start_token_id`.
-
-Decoding (§6.1, `translate_with_ctranslate2`): the folder's beam size, at most input + 50 tokens per sentence, and
-the GNMT length penalty ((5 + |Y|) / 6)^α applied by rescoring the n-best list, since CTranslate2's own
-`length_penalty` divides by |Y|^α. Unlike our beam search, CTranslate2 stops a sentence once `num_beams` hypotheses
-have finished, not when no running hypothesis can still win.
-
-`ctranslate2` is an optional dependency (the extra `ctranslate2`: `pip install ".[ctranslate2]"` in a checkout).
+Decoding (§6.1): the folder's beam size, at most input + 50 tokens, and the GNMT length penalty ((5 + |Y|) / 6)^α
+applied by rescoring the n-best list, since CTranslate2's own divides by |Y|^α. Unlike our beam search, CTranslate2
+stops a sentence once `num_beams` hypotheses have finished, not when no running hypothesis can still win.
 """
 
 import json
@@ -75,7 +67,6 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, size: int, side: str) -> list
 
 def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_vocabulary: list[str], max_positions: int):
     """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights (float32, before quantization)."""
-    import_ctranslate2()
     from ctranslate2.converters.utils import fuse_linear
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -164,36 +155,12 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
     return spec
 
 
-def convert(
-    model: PreTrainedModel,
-    source_vocabulary: list[str],
-    target_vocabulary: list[str],
-    folder: str | Path,
-    quantization: str = "float32",
-    max_positions: int = MIN_POSITIONS,
-) -> None:
-    """Write `model` as a CTranslate2 model into `folder`, which it replaces whole, with ctranslate2's `Converter`
-    (validation, quantization to `quantization`, saving)."""
-    import_ctranslate2()
-    from ctranslate2.converters.converter import Converter
-
-    if quantization not in QUANTIZATIONS:
-        raise ExportError(f"quantization={quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}.")
-
-    class VanillaTransformerConverter(Converter):
-        def _load(self):
-            return model_spec(model, source_vocabulary, target_vocabulary, max_positions)
-
-    VanillaTransformerConverter().convert(str(folder), quantization=quantization, force=True)
-
-
 def export_ctranslate2(
     model_dir: str | Path,
     output_dir: str | Path,
     quantization: str = "float32",
     max_positions: int | None = None,
     overwrite: bool = False,
-    command: str = "export-ctranslate2",
 ) -> Path:
     """Export the model folder `model_dir` to a CTranslate2 model in `output_dir` (staged, then replacing it whole),
     with the tokenizer under `tokenizer/`, its decoding and origin in `export_info.json`, and a README. An
@@ -202,6 +169,10 @@ def export_ctranslate2(
     check_not_an_input(output_dir, [("MODEL_DIR", local if local.is_dir() else None)], flag="OUTPUT_DIR")
     check_output_folder(output_dir, "ctranslate2", overwrite, flag="OUTPUT_DIR")
     ctranslate2 = import_ctranslate2()
+    from ctranslate2.converters.converter import Converter
+
+    if quantization not in QUANTIZATIONS:
+        raise ExportError(f"quantization={quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}.")
     model, tokenizer = load_model_and_tokenizer(model_dir)
     config = model.config
     if config.position_encoding == "learned":  # a learned table is exported as it is
@@ -210,6 +181,11 @@ def export_ctranslate2(
         max_positions = max_positions or max(config.max_position_embeddings, MIN_POSITIONS)
     source = vocabulary(tokenizer, config.vocab_size, "source")
     target = vocabulary(tokenizer, config.decoder_vocab_size, "target")
+
+    class VanillaTransformerConverter(Converter):
+        def _load(self):
+            return model_spec(model, source, target, max_positions)
+
     generation = model.generation_config
     info = {
         "exported_from": str(model_dir),
@@ -224,9 +200,9 @@ def export_ctranslate2(
             "max_new_tokens_over_input": getattr(generation, "max_new_tokens_over_input", None),
         },
     }
-    with staged_folder(output_dir, "ctranslate2", command, overwrite, flag="OUTPUT_DIR") as staging:
+    with staged_folder(output_dir, "ctranslate2", "export-ctranslate2", overwrite, flag="OUTPUT_DIR") as staging:
         # the converter replaces the folder it is given: our own fresh staging folder, never `output_dir`
-        convert(model, source, target, staging, quantization, max_positions)
+        VanillaTransformerConverter().convert(str(staging), quantization=quantization, force=True)
         tokenizer.save_pretrained(staging / TOKENIZER_FOLDER)
         (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(info, Path(output_dir).name), encoding="utf-8")
@@ -297,19 +273,15 @@ def translate_with_ctranslate2(
     over_input = decoding.get("max_new_tokens_over_input")
     max_positions = info["max_positions"]
     options = {"beam_size": num_beams, "min_decoding_length": 0, "return_end_token": True, "max_input_length": 0}
+    options["length_penalty"] = 0.0 if rescore else alpha
     if rescore:  # the best of the n-best under ((5 + |Y|) / 6)^α, |Y| counting </s> as ours does
-        options |= {"length_penalty": 0.0, "num_hypotheses": num_beams, "return_scores": True}
-    else:
-        options |= {"length_penalty": alpha}
+        options |= {"num_hypotheses": num_beams, "return_scores": True}
 
     def best(result) -> list[str]:
         if not rescore:
             return result.hypotheses[0]
-        penalized = [
-            score / gnmt_length_penalty(len(hypothesis), alpha)
-            for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
-        ]
-        return result.hypotheses[penalized.index(max(penalized))]
+        ranked = zip(result.hypotheses, result.scores, strict=True)
+        return max(ranked, key=lambda pair: pair[1] / gnmt_length_penalty(len(pair[0]), alpha))[0]
 
     todo = [index for index, sentence in enumerate(sentences) if sentence.strip()]
     encoded = tokenizer([sentences[index] for index in todo], split_special_tokens=True)["input_ids"]
@@ -323,22 +295,20 @@ def translate_with_ctranslate2(
             )
         # the paper's limit, input + 50 (§6.1), within the positions the export holds
         limits[index] = min(len(sentence_tokens) + over_input, max_positions) if over_input else max_positions
-    hypotheses = {}
+    translations = [""] * len(sentences)
     order = sorted(todo, key=lambda index: -len(tokens[index]))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
         limit = max(limits[index] for index in batch)
         results = translator.translate_batch([tokens[index] for index in batch], max_decoding_length=limit, **options)
         for index, result in zip(batch, results, strict=True):
-            hypotheses[index] = best(result)
-    for index, hypothesis in hypotheses.items():
-        if len(hypothesis) > limits[index]:
-            if num_beams == 1:
-                hypotheses[index] = hypothesis[: limits[index]]
-            else:
+            hypothesis = best(result)
+            if len(hypothesis) > limits[index] and num_beams == 1:
+                hypothesis = hypothesis[: limits[index]]
+            elif len(hypothesis) > limits[index]:
                 (result,) = translator.translate_batch([tokens[index]], max_decoding_length=limits[index], **options)
-                hypotheses[index] = best(result)
-    translations = [""] * len(sentences)
-    for index, hypothesis in hypotheses.items():
-        translations[index] = tokenizer.decode(tokenizer.convert_tokens_to_ids(hypothesis), skip_special_tokens=True)
+                hypothesis = best(result)
+            translations[index] = tokenizer.decode(
+                tokenizer.convert_tokens_to_ids(hypothesis), skip_special_tokens=True
+            )
     return translations

@@ -14,10 +14,9 @@ from .translation import load_translator
 
 
 def recorded_languages(name_or_path: str | Path) -> tuple[str, str, Path] | None:
-    """The direction a model was trained or released for, as its files record it: a release folder's
-    `results.json` (`data.languages`; for a Hub id, the copy downloaded with the model), else the `preset.json` of
-    the run a `final/` or `checkpoint-N` folder lies in. Returns (source, target, the file that says so), or None
-    where nothing records it."""
+    """(source, target, the file that says so) of the direction a model was trained or released for: a release
+    folder's `results.json` (for a Hub id, the copy downloaded with the model), else the `preset.json` of the run a
+    `final/` or `checkpoint-N` folder lies in; None where nothing records it."""
     folder = Path(name_or_path).expanduser()
     candidates = [folder / "results.json", folder.parent / "preset.json"]
     if not folder.is_dir():
@@ -69,31 +68,29 @@ def evaluate_model_on_split(
     """
     model_folder = model_name_or_path if Path(model_name_or_path).expanduser().is_dir() else None
     if corpus_file is not None:
-        if output_hypotheses is not None:
-            inputs = [("the corpus file", corpus_file), ("the model folder", model_folder)]
-            check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
-        sources, references = sides(
-            load_corpus(str(corpus_file), split, source_lang, target_lang), source_lang, target_lang
-        )
-        references_path, tokenized_references_path, tokenized_references = f"{corpus_file} ({split})", None, None
+        inputs = [("the corpus file", corpus_file)]
+        references_path, tokenized_references_path = f"{corpus_file} ({split})", None
     else:
         data_dir = multi30k_dir(data_dir, languages=(source_lang, target_lang))
         sources_path = data_dir / f"{split}.{source_lang}"
         references_path = data_dir / f"{split}.{target_lang}"
         tokenized_references_path = data_dir / "tok" / f"{split}.lc.norm.tok.{target_lang}"
-        if output_hypotheses is not None:
-            inputs = [
-                ("the source file", sources_path),
-                ("the reference file", references_path),
-                ("the tokenized reference file", tokenized_references_path),
-                ("the data folder", data_dir),
-                ("the model folder", model_folder),
-            ]
-            check_output_file(output_hypotheses, inputs, flag="--output-hypotheses")
+        inputs = [
+            ("the source file", sources_path),
+            ("the reference file", references_path),
+            ("the tokenized reference file", tokenized_references_path),
+            ("the data folder", data_dir),
+        ]
+    if output_hypotheses is not None:
+        check_output_file(output_hypotheses, [*inputs, ("the model folder", model_folder)], flag="--output-hypotheses")
+    if corpus_file is not None:
+        corpus = load_corpus(str(corpus_file), split, source_lang, target_lang)
+        sources, references = sides(corpus, source_lang, target_lang)
+    else:
         sources, references = read_lines(sources_path), read_lines(references_path)
         if not tokenized_references_path.is_file():
             tokenized_references_path = None
-        tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
+    tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
 
     translator = load_translator(model_name_or_path, engine, dtype=dtype)
     recorded = recorded_languages(model_name_or_path)  # after loading: a Hub model's files are in the cache then
@@ -112,14 +109,8 @@ def evaluate_model_on_split(
         with staged_file(output_hypotheses, flag="--output-hypotheses") as staging:
             write_lines(staging, hypotheses)
 
-    scores = score_translations(
-        hypotheses,
-        references,
-        tokenized_references,
-        lang=target_lang,
-        lowercase=lowercases(translator.tokenizer),
-        bleu_tokenize=bleu_tokenize,
-    )
+    lowercase = lowercases(translator.tokenizer)
+    scores = score_translations(hypotheses, references, tokenized_references, target_lang, lowercase, bleu_tokenize)
     return {
         "model": model_name_or_path,
         "engine": engine,

@@ -26,9 +26,8 @@ def plot_learning_curves(log_history: list[dict], path: str | Path) -> Path:
         bleu_axis.plot(*zip(*bleu, strict=True), marker="o", color="tab:green")
     bleu_axis.set(xlabel="update step", ylabel="sacreBLEU", title="validation BLEU")
     figure.tight_layout()
-    path = Path(path)
     figure.savefig(path, dpi=120)
-    return path
+    return Path(path)
 
 
 @torch.inference_mode()
@@ -36,12 +35,10 @@ def attention_maps(model, tokenizer, source: str, target: str | None = None) -> 
     """Encoder self-attention and encoder-decoder attention weights for one sentence pair (`target` defaults to
     the model's own translation), as `{"encoder": [layer](heads, src, src), "cross": [layer](heads, tgt, src)}`
     plus the token strings."""
-    device = next(model.parameters()).device
-    inputs = tokenizer(source, return_tensors="pt", split_special_tokens=True).to(device)
+    inputs = tokenizer(source, return_tensors="pt", split_special_tokens=True).to(model.device)
     if target is None:
-        generated = model.generate(**inputs)
-        target = tokenizer.decode(generated[0], skip_special_tokens=True)
-    labels = tokenizer(text_target=target, return_tensors="pt", split_special_tokens=True)["input_ids"].to(device)
+        target = tokenizer.decode(model.generate(**inputs)[0], skip_special_tokens=True)
+    labels = tokenizer(text_target=target, return_tensors="pt", split_special_tokens=True)["input_ids"].to(model.device)
     decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")  # sdpa returns no weights
@@ -99,6 +96,5 @@ def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], p
             axis.set_yticks(range(len(rows)), rows, fontsize=7)
             axis.set_title(f"{kind} layer {layer} head {head}", fontsize=8)
     figure.tight_layout()
-    path = Path(path)
     figure.savefig(path, dpi=120)
-    return path
+    return Path(path)

@@ -1,16 +1,12 @@
-"""Scoring translations the two ways the project reports them (the README's Results).
+"""Scoring translations the two ways the project reports them (the README's Results), with sacreBLEU's `BLEU` and
+`CHRF`, returned with the keys of the Hub's `evaluate-metric/sacrebleu` and `evaluate-metric/chrf` and the signature.
 
 1. **sacreBLEU and chrF** (Post 2018; Popović 2015) of detokenized, cased output against the raw references, with
-   the tokenizer sacreBLEU's command line picks for the target language (`zh` for Chinese, `ja-mecab` for Japanese,
-   `ko-mecab` for Korean, `13a` otherwise; `bleu_tokenize` overrides it). Comparable across papers that print the
-   same signature, so the signature, which names the tokenizer, is always returned next to the score.
-2. **Tokenized BLEU** against the official lowercased, Moses-tokenized Multi30k references (`tok/` in
-   multi30k/dataset, made by its `scripts/task1-tokenize.sh`): the hypotheses get the same preprocessing
-   (`moses_tokenize`) and are scored on whitespace tokens without smoothing, which is what `multi-bleu.perl`
-   computes. This is the number of the Multi30k literature; it is not comparable with sacreBLEU.
-
-Both are sacreBLEU's own `BLEU` and `CHRF`, returned with the keys of the Hub's `evaluate-metric/sacrebleu` and
-`evaluate-metric/chrf` and with sacreBLEU's signature.
+   the tokenizer sacreBLEU's command line picks for the target language; comparable across papers that print the
+   same signature.
+2. **Tokenized BLEU** against the official lowercased, Moses-tokenized Multi30k references (`tok/`): the hypotheses
+   get the same preprocessing (`moses_tokenize`) and are scored on whitespace tokens without smoothing, as
+   `multi-bleu.perl` does. The number of the Multi30k literature; not comparable with sacreBLEU.
 """
 
 from collections.abc import Callable
@@ -35,15 +31,13 @@ def _corpus_score(metric: BLEU | CHRF, keys: tuple[str, ...], hypotheses: list[s
 
 
 def bleu_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
-    """sacreBLEU's corpus BLEU (`BLEU(**options)`) against one reference each, as `evaluate-metric/sacrebleu`
-    returns it, with the `signature` that makes the score reproducible."""
+    """sacreBLEU's corpus BLEU (`BLEU(**options)`) against one reference each, with its `signature`."""
     keys = ("score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len")
     return _corpus_score(BLEU(**options), keys, hypotheses, references)
 
 
 def chrf_score(hypotheses: list[str], references: list[str], **options: object) -> dict:
-    """sacreBLEU's chrF (`CHRF(**options)`: character 6-grams, β=2) against one reference each, as
-    `evaluate-metric/chrf` returns it, with the `signature`."""
+    """sacreBLEU's chrF (`CHRF(**options)`) against one reference each, with its `signature`."""
     return _corpus_score(CHRF(**options), ("score", "char_order", "word_order", "beta"), hypotheses, references)
 
 
@@ -76,8 +70,7 @@ def _check_line_counts(hypotheses: list[str], **references: list[str] | None) ->
 
 def sacrebleu_options(lang: str, bleu_tokenize: str | None = None) -> dict:
     """The sacreBLEU options that score text in `lang`: its target language, from which sacreBLEU picks the tokenizer
-    its command line picks (to `13a` a sentence of Chinese, Japanese or Korean is one token, and BLEU 0), unless
-    `bleu_tokenize` names one. An unknown tokenizer, or one whose package is missing, is refused by name."""
+    (to `13a` a sentence of Chinese, Japanese or Korean is one token, and BLEU 0), unless `bleu_tokenize` names one."""
     try:
         BLEU(trg_lang=lang, tokenize=bleu_tokenize)  # builds the tokenizer it picks
     except KeyError:
@@ -101,10 +94,8 @@ def score_translations(
     bleu_tokenize: str | None = None,
 ) -> dict:
     """Score detokenized `hypotheses` in language `lang` against one reference each, both ways of the module
-    docstring: `{"num_sentences", "bleu", "chrf"}` and, given `tokenized_references`, `"tokenized_bleu"` (with
-    `preprocessing` naming what was done to the hypotheses). `lowercase=True` makes sacreBLEU and chrF
-    case-insensitive, for a model that writes lowercase; `bleu_tokenize` overrides sacreBLEU's tokenizer for `lang`.
-    """
+    docstring: `{"num_sentences", "bleu", "chrf"}` and, given `tokenized_references`, `"tokenized_bleu"`.
+    `lowercase=True` makes sacreBLEU and chrF case-insensitive, for a model that writes lowercase."""
     _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
     scores = {
         "num_sentences": len(hypotheses),
@@ -112,10 +103,8 @@ def score_translations(
         "chrf": chrf_score(hypotheses, references, lowercase=lowercase),
     }
     if tokenized_references is not None:
-        tokenized_hypotheses = moses_tokenize(hypotheses, lang)
-        multi_bleu = bleu_score(
-            tokenized_hypotheses, tokenized_references, tokenize="none", smooth_method="none", force=True
-        )
+        tokenized = moses_tokenize(hypotheses, lang)
+        multi_bleu = bleu_score(tokenized, tokenized_references, tokenize="none", smooth_method="none", force=True)
         scores["tokenized_bleu"] = multi_bleu | {
             "preprocessing": (
                 f"hypotheses: lowercase | normalize-punctuation -l {lang} | tokenizer -l {lang} "
@@ -128,18 +117,17 @@ def score_translations(
 def compute_metrics_for_trainer(
     tokenizer: PreTrainedTokenizerBase, target_lang: str = "de", bleu_tokenize: str | None = None
 ) -> Callable[[EvalPrediction], dict[str, float]]:
-    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU (`sacrebleu_options`) and chrF
-    of the generated translations against the decoded labels, and `gen_len`, the mean count of non-pad tokens (as
-    transformers' `run_translation.py`)."""
-    if tokenizer.pad_token_id is None:
+    """A `compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`: sacreBLEU and chrF of the generated
+    translations against the decoded labels, and `gen_len`, the mean count of non-pad tokens (as transformers'
+    `run_translation.py`)."""
+    pad_token_id = tokenizer.pad_token_id
+    if pad_token_id is None:
         raise DataError(f"{type(tokenizer).__name__} has no pad token; set one so that -100 can be replaced by it.")
     bleu_options = sacrebleu_options(target_lang, bleu_tokenize)
-    pad_token_id = tokenizer.pad_token_id
 
     def compute_metrics(eval_prediction: EvalPrediction) -> dict[str, float]:
         predictions = eval_prediction.predictions
-        # Models that return more than logits hand the Trainer a tuple whose first element is the generated ids.
-        if isinstance(predictions, tuple):
+        if isinstance(predictions, tuple):  # a model that returns more than logits: the generated ids come first
             predictions = predictions[0]
         predictions = np.where(predictions != IGNORED_LABEL_ID, predictions, pad_token_id)
         labels = np.where(eval_prediction.label_ids != IGNORED_LABEL_ID, eval_prediction.label_ids, pad_token_id)
@@ -165,9 +153,7 @@ def score_files(
     """`score_translations` of one-sentence-per-line files, with the paths in the result."""
     tokenized_references = read_lines(tokenized_references_path) if tokenized_references_path else None
     hypotheses, references = read_lines(hypotheses_path), read_lines(references_path)
-    scores = score_translations(
-        hypotheses, references, tokenized_references, lang, lowercase=lowercase, bleu_tokenize=bleu_tokenize
-    )
+    scores = score_translations(hypotheses, references, tokenized_references, lang, lowercase, bleu_tokenize)
     return {
         "hypotheses": str(hypotheses_path),
         "references": str(references_path),

@@ -1,15 +1,11 @@
-"""Translating text with a trained model: the decoding stage of the pipeline (paper §6.1).
-
-`translate` batches sentences by length and calls `model.generate`, whose defaults are the paper's decoding: beam
-size 4, the length penalty ((5 + |Y|) / 6)^0.6 of Wu et al. 2016, at most input length + 50 output tokens, early
-stopping when no running hypothesis can still win (see `VanillaTransformerForConditionalGeneration.generate`).
-
-`load_translator` puts a model behind one call for the commands, with our PyTorch model or its CTranslate2 export
-(`ctranslate2_engine`) as the engine.
+"""Translating text with a trained model (paper §6.1): `translate` batches sentences by length and calls
+`model.generate`, whose defaults are the paper's decoding; `load_translator` puts our PyTorch model or its
+CTranslate2 export (`ctranslate2_engine`) behind one call for the commands.
 """
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -19,8 +15,8 @@ from ..errors import ExportError, VanillaTransformerError
 
 
 class Hypothesis(NamedTuple):
-    """One translation of a sentence and its score: beam search's `sequences_scores` (summed log-probability over
-    the length penalty lp(|Y|), §6.1), or None from greedy search; an empty source line is not decoded: ("", 0.0)."""
+    """A translation and its score: beam search's `sequences_scores` (log-probability over lp(|Y|), §6.1), None
+    from greedy search, 0.0 for an empty source line (not decoded)."""
 
     text: str
     score: float | None
@@ -33,8 +29,7 @@ def translate(
     batch_size: int = 64,
     **generate_kwargs,
 ) -> list[str]:
-    """Translate `sentences` with `model.generate(**generate_kwargs)`, one output string per input, in input order
-    (the best of `translate_nbest`)."""
+    """The best translation (`translate_nbest`) of each of `sentences`, in input order."""
     if generate_kwargs.get("num_return_sequences", 1) != 1:
         raise VanillaTransformerError(
             f"num_return_sequences={generate_kwargs['num_return_sequences']} is not supported: translate returns one "
@@ -56,11 +51,8 @@ def translate_nbest(
     Sentences are sorted by length, longest first (a batch too large for memory fails at once), and padded on the
     right, as the encoder's positions start at the first token. An empty line translates to "" without reaching the
     model (which would make up text); text that spells a special token is tokenized as text. Nothing is truncated.
-    More than one hypothesis needs beam search with at least as many beams.
-
-    Non-finite scores (weights holding NaN or Inf, a float16 overflow) raise instead of returning garbage: beam
-    search's `sequences_scores` are checked, otherwise every step's logits for NaN or +Inf (-Inf is what logits
-    processors write to forbid a token).
+    Non-finite scores (NaN or Inf weights, a float16 overflow) raise instead of returning garbage: beam search's
+    `sequences_scores`, else every step's logits for NaN or +Inf (-Inf is how logits processors forbid a token).
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
@@ -78,7 +70,16 @@ def translate_nbest(
         return translations
     encoded = tokenizer([sentences[index] for index in todo], add_special_tokens=True, split_special_tokens=True)
     token_ids = dict(zip(todo, encoded["input_ids"], strict=True))
-    _check_lengths(model, token_ids)
+    # learned positions end at max_position_embeddings: refuse longer sentences rather than let them be cut silently
+    if getattr(model.config, "position_encoding", None) == "learned":
+        limit = model.config.max_position_embeddings
+        too_long = [index for index, ids in token_ids.items() if len(ids) > limit]
+        if too_long:
+            raise VanillaTransformerError(
+                f"sentence {too_long[0]} (0-based) has {len(token_ids[too_long[0]])} tokens but this model's learned "
+                f"positions end at max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long "
+                f"sentences, or use a model with position_encoding='sinusoidal', which extends to any length."
+            )
     todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
 
     generation_config = generate_kwargs.get("generation_config") or model.generation_config
@@ -112,8 +113,8 @@ def translate_nbest(
                 width = max(map(len, rows))
                 padded = [ids + [pad_token_id] * (width - len(ids)) for ids in rows]
                 mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in rows]
-                check = None if beam_search else _NonFiniteLogits()
-                if check is not None:
+                if not beam_search:
+                    check = _NonFiniteLogits()
                     generate_kwargs["logits_processor"] = LogitsProcessorList([*user_processors, check])
                 output = model.generate(
                     input_ids=torch.tensor(padded, device=model.device),
@@ -122,10 +123,10 @@ def translate_nbest(
                 )
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences
                 scores = getattr(output, "sequences_scores", None)
-                if check is not None:
-                    non_finite = check.found()
-                else:  # beam search; transformers' own variants (beam sampling, ...) may return no scores
+                if beam_search:  # transformers' own variants (beam sampling, ...) may return no scores
                     non_finite = scores is not None and not bool(torch.isfinite(scores).all())
+                else:
+                    non_finite = check.found()
                 if non_finite:
                     _raise_non_finite(model, [sentences[index] for index in batch])
                 texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
@@ -156,31 +157,14 @@ class _NonFiniteLogits(LogitsProcessor):
 
 def _raise_non_finite(model: PreTrainedModel, batch: list[str]) -> None:
     source = model.name_or_path or "the model (built in memory, not loaded from a folder)"
-    dtype = model.dtype
-    overflow = f" or overflow in {dtype} (run it in float32)" if dtype in (torch.float16, torch.bfloat16) else ""
+    half = model.dtype in (torch.float16, torch.bfloat16)
+    overflow = f" or overflow in {model.dtype} (run it in float32)" if half else ""
     raise VanillaTransformerError(
         f"{source} produced non-finite scores (NaN or Inf) while translating a batch of {len(batch)} sentence(s), "
         f"starting with {batch[0][:80]!r}: its weights hold NaN, Inf or huge values{overflow}, and every "
         f"translation would be empty or garbage. Re-download or restore the model folder, or re-train it; loading it "
         f"with vanilla_transformer.files.loading.load_model_and_tokenizer names the tensor at fault."
     )
-
-
-def _check_lengths(model: PreTrainedModel, token_ids: dict[int, list[int]]) -> None:
-    """Learned positions end at `max_position_embeddings`: refuse longer sentences by line rather than let them be
-    cut without a word (`generate` itself warns when the table caps the output limit, input + 50 tokens)."""
-    config = model.config
-    if getattr(config, "position_encoding", None) != "learned":
-        return  # sinusoidal positions extend to any length (§3.5)
-    limit = config.max_position_embeddings
-    too_long = [index for index, ids in token_ids.items() if len(ids) > limit]
-    if too_long:
-        index = too_long[0]
-        raise VanillaTransformerError(
-            f"sentence {index} (0-based) has {len(token_ids[index])} tokens but this model's learned positions end at "
-            f"max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long sentences, or use a "
-            f"model with position_encoding='sinusoidal', which extends to any length."
-        )
 
 
 ENGINES = ("pytorch", "ctranslate2")
@@ -221,11 +205,8 @@ def load_translator(
             )
 
         translator, tokenizer, info = load_ctranslate2(source, device, threads=torch.get_num_threads())
-
-        def run_ctranslate2(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
-            return translate_with_ctranslate2(translator, tokenizer, sentences, info, batch_size, **decoding)
-
-        return Translator(run_ctranslate2, tokenizer, info["decoding"]["length_penalty"], device)
+        run = partial(translate_with_ctranslate2, translator, tokenizer, info=info)
+        return Translator(run, tokenizer, info["decoding"]["length_penalty"], device)
 
     from ..files.loading import load_model_and_tokenizer
 
@@ -233,11 +214,11 @@ def load_translator(
     model, tokenizer = load_model_and_tokenizer(source, device, getattr(torch, dtype) if dtype else None)
 
     def run_pytorch(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
-        decoding = {name: value for name, value in decoding.items() if value is not None}
-        return translate(model, tokenizer, sentences, batch_size=batch_size, **decoding)
+        decoding = {k: v for k, v in decoding.items() if v is not None}
+        return translate(model, tokenizer, sentences, batch_size, **decoding)
 
     def nbest_pytorch(sentences: list[str], num_return_sequences: int, batch_size: int = 64, **decoding):
-        decoding = {name: value for name, value in decoding.items() if value is not None}
+        decoding = {k: v for k, v in decoding.items() if v is not None}
         return translate_nbest(model, tokenizer, sentences, num_return_sequences, batch_size, **decoding)
 
     return Translator(run_pytorch, tokenizer, model.generation_config.length_penalty, device, nbest_pytorch)
