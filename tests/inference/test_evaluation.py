@@ -317,3 +317,16 @@ def test_a_model_is_scored_only_in_the_direction_it_records(tatoeba, capsys):
         main([*argv, "--source-lang", "zh", "--target-lang", "en"])
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert exited.value.code == 2 and "translates en→zh" in error and "--source-lang en --target-lang zh" in error
+
+
+def test_a_record_of_languages_that_is_not_an_object_counts_as_no_record(tmp_path):
+    from vanilla_transformer.inference.evaluation import recorded_languages
+
+    model = tmp_path / "run" / "final"
+    model.mkdir(parents=True)
+    for results, preset in (('{"data": [1]}', '{"run": "x"}'), ('{"data": {"languages": "en"}}', "[]")):
+        (model / "results.json").write_text(results)
+        (model.parent / "preset.json").write_text(preset)
+        assert recorded_languages(model) is None
+    (model.parent / "preset.json").write_text('{"run": {"source_lang": "en", "target_lang": "de"}}')
+    assert recorded_languages(model)[:2] == ("en", "de")

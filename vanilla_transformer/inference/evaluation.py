@@ -32,12 +32,11 @@ def recorded_languages(name_or_path: str | Path) -> tuple[str, str, Path] | None
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if not isinstance(record, dict):
-            continue
-        languages = (record.get("data") or {}).get("languages") if path.name == "results.json" else None
-        run = record.get("run") or {}
+        data, run = (record.get(key) if isinstance(record, dict) else None for key in ("data", "run"))
+        data, run = (part if isinstance(part, dict) else {} for part in (data, run))
+        languages = data.get("languages") if path.name == "results.json" else None
         languages = languages or [run.get("source_lang"), run.get("target_lang")]
-        if all(isinstance(lang, str) for lang in languages) and len(languages) == 2:
+        if isinstance(languages, list) and len(languages) == 2 and all(isinstance(lang, str) for lang in languages):
             return languages[0], languages[1], path
     return None
 
