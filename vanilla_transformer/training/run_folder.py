@@ -1,9 +1,5 @@
-"""A run's folder, read once (`RunFolder.read`): its record (`preset.json`), its checkpoints and the one a resume
-starts from, and its tokenizer. Every fact of the folder that a run depends on is taken from this one reading: the
-flags a resume leaves out (`settings.TrainingSettings.from_arguments`), whether the settings may continue the run
-(`RunFolder.check`), where the Trainer resumes, and which tokenizer it keeps. `RunFolder.lock` holds the folder for
-the run, so that no second run writes into it meanwhile.
-"""
+"""A run's folder, read once (`RunFolder.read`: its record `preset.json`, its checkpoints, the one a resume starts
+from, its tokenizer), then checked and held for the run (`RunFolder.open`)."""
 
 import json
 import logging
@@ -67,12 +63,10 @@ class RunFolder:
         return cls(path, record, checkpoints, last_complete_checkpoint(path) if checkpoints else None, tokenizer)
 
     def check(self, settings: TrainingSettings) -> None:
-        """Refuse, before anything is read or written, a run that cannot write or find the `preset.average_last`
-        checkpoints it averages (`checkpoint_problem`), settings that may not continue the run the folder holds
-        (`check_continuation`), a checkpoint to resume from whose pickles are not plain tensors
-        (`checkpoints.check_checkpoint_pickles`), and a folder the run may not train in: one that is, holds or lies
-        inside the corpus, or a non-empty one that is not a run of ours (its `preset.json`, `tokenizer/` or
-        `training-run` marker) unless `settings.overwrite`."""
+        """Refuse, before anything is read or written: too few checkpoints to average (`checkpoint_problem`), settings
+        that may not continue the folder's run (`check_continuation`), a resume checkpoint holding more than tensors,
+        and a folder that is, holds or lies inside the corpus, or holds files no run of ours wrote (unless
+        `settings.overwrite`)."""
         problem = checkpoint_problem(settings, self)
         if problem:
             raise SettingsError(problem)
@@ -86,22 +80,21 @@ class RunFolder:
             logger.warning("--overwrite: training in %s, which holds files no run of ours wrote", self.path)
 
     def check_continuation(self, settings: TrainingSettings) -> None:
-        """Refuse to continue the run in the folder with other settings than it recorded. A folder holding a run is
-        continued only with its settings (`RESUMABLE_FIELDS` aside; before its first checkpoint only
-        `TOKENIZER_FIELDS` and the corpus's content count) and never restarted: either would average checkpoints of
-        two runs together. The error names each field that differs."""
+        """Refuse to restart the folder's run, or to continue it with settings other than it recorded
+        (`RESUMABLE_FIELDS` aside; before its first checkpoint only `TOKENIZER_FIELDS` and the corpus count): either
+        would average checkpoints of two runs together."""
         earlier = list(self.checkpoints) + ([self.tokenizer] if self.tokenizer else [])
         if earlier and not settings.resume:
             raise SettingsError(
                 f"{self.path} already holds a run ({', '.join(path.name for path in earlier)}); starting over there "
-                "would mix its checkpoints with the new ones. Give a new output directory, or delete that one first."
+                "would mix its checkpoints with the new ones: give a new output directory, or delete that one first."
             )
         newest_step = checkpoint_step(self.checkpoints[-1]) if self.checkpoints else 0
         if newest_step > settings.preset.max_steps:
             raise SettingsError(
                 f"{self.path} holds checkpoint-{newest_step}, past max_steps={settings.preset.max_steps}: give a "
-                f"max_steps of at least {newest_step}, or average the checkpoints you want with `vanilla-transformer "
-                "average`."
+                f"max_steps of at least {newest_step}, or average the checkpoints you want (`vanilla-transformer "
+                "average`)."
             )
         if not earlier or self.record is None:
             return
@@ -143,11 +136,10 @@ class RunFolder:
 
     @contextmanager
     def open(self, settings: TrainingSettings) -> Iterator[PartialState]:
-        """Check the folder for the run (`check`), on every process before the process group exists so that each
-        refuses the same way, then hold it while the block runs: the main process takes the folder's lock and tells
-        every process whether it could, so that a second run into the same folder stops on all of them before it
-        writes anything, and writes a new run's record, so that the tokenizer saved next is always checked against it
-        on a resume. Yields the processes of the run."""
+        """Check the folder (`check`) on every process, before the process group exists so that all refuse alike;
+        then, yielding the run's processes, hold it: the main process takes the lock and tells the others whether it
+        could, so that a second run into the folder stops on all of them before it writes anything, and writes a new
+        run's record, which the tokenizer saved next is checked against on a resume."""
         self.check(settings)
         # the processes of a distributed run (one without a GPU forms its group only when told it runs on the CPU)
         state = PartialState(cpu=not torch.cuda.is_available())
