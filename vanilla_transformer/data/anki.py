@@ -1,12 +1,7 @@
-"""Sentence pairs in the tab-separated format manythings.org publishes Tatoeba's sentences in for Anki (`cmn.txt`,
-`deu.txt`, ...): English, the other language, and the attribution the CC-BY licence asks to keep with the data. And a
-split of such a file, reproducible from the file alone, in which no sentence lies on two sides.
-
-Tatoeba gives many sentences several translations (29,155 English-Mandarin pairs hold 27,663 distinct English
-sentences), so a split by pair would train on test sentences. Pairs that share an English sentence or a translation
-are joined into groups (connected components), each group goes to one split, ordered by the SHA-256 of its smallest
-English sentence: the first groups make `test` until it holds `SPLIT_PAIRS["test"]` pairs, the next `valid`, the rest
-`train`.
+"""Sentence pairs in manythings.org's tab-separated Anki format of Tatoeba (`cmn.txt`: English, translation, the
+attribution CC-BY asks to keep), and a split of such a file, reproducible from it alone, in which no sentence lies on
+two sides (Tatoeba translates many sentences several times): pairs sharing a sentence form one group, and the groups,
+ordered by the SHA-256 of their smallest English sentence, fill `test`, then `valid`, to `SPLIT_PAIRS`; the rest train.
 """
 
 import hashlib
@@ -24,8 +19,7 @@ ATTRIBUTION = "attribution"
 
 
 def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
-    """The (English, other language, attribution) triples of an Anki TSV file, skipping empty lines; a malformed line
-    raises an error naming it."""
+    """The (English, other language, attribution) triples of an Anki TSV file, skipping empty lines."""
     triples = []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
@@ -45,8 +39,7 @@ def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
 def split_indices(
     triples: list[tuple[str, str, str]], sizes: dict[str, int] = SPLIT_PAIRS, source: str | Path = "the file"
 ) -> dict[str, list[int]]:
-    """The indices of `triples` (read from `source`) in each of `SPLITS` (see the module docstring for the rule), in
-    file order."""
+    """The indices of `triples` (read from `source`) in each of `SPLITS`, by the module docstring's rule."""
     parent = list(range(len(triples)))
 
     def root(index: int) -> int:
@@ -75,17 +68,16 @@ def split_indices(
         held = " and ".join(f"{sizes[name]:,} for {name}" for name in held_out)
         pairs = f"{len(triples):,} pair{'s' * (len(triples) != 1)}"
         raise DataError(
-            f"{source} holds {pairs}, too few for the fixed split of an Anki TSV file ({held}, the rest for train; "
-            f"any split of another size would hold other sentences): give a file of more than "
-            f"{sum(sizes[name] for name in held_out):,} pairs, or write your own {{split}}.{{lang}} files into a "
-            f"folder and pass that."
+            f"{source} holds {pairs}, too few for the fixed split of an Anki TSV file ({held}, the rest for train): "
+            f"give a file of more than {sum(sizes[name] for name in held_out):,} pairs, or a folder of your own "
+            f"{{split}}.{{lang}} files."
         )
     return {name: sorted(indices) for name, indices in splits.items()}
 
 
 def load_anki(path: str | Path, split: str, source_lang: str = "en", target_lang: str = "zh") -> Dataset:
     """One split of an Anki TSV file as a `translation` dataset with an `attribution` column for the card's data
-    statement. One language must be English (the first column); the other names the second, in either direction."""
+    statement; one language is English (the first column), the other names the second."""
     if split not in SPLITS:
         raise DataError(f"an Anki TSV file is split into {', '.join(SPLITS)}, not {split!r}.")
     if "en" not in (source_lang, target_lang) or source_lang == target_lang:

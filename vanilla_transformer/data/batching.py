@@ -1,8 +1,6 @@
 """Token-based batching (§5.1: "sentence pairs were batched together by approximate sequence length. Each training
-batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens").
-
-Lengths are numpy arrays and batches are slices of one array of indices, so that a sampler over WMT14's 4.5M pairs
-costs tens of megabytes, not a Python list per sentence."""
+batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens"), over
+numpy arrays, so that a sampler over WMT14's 4.5M pairs costs tens of megabytes, not a Python list per sentence."""
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -116,9 +114,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
 def accumulation_steps(tokens_per_update: int | None, tokens_per_batch: float) -> int:
     """Gradient accumulation steps for about `tokens_per_update` source+target tokens per optimizer update."""
-    if not tokens_per_update:
-        return 1
-    return max(1, round(tokens_per_update / tokens_per_batch))
+    return max(1, round(tokens_per_update / tokens_per_batch)) if tokens_per_update else 1
 
 
 @dataclass

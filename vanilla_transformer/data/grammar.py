@@ -1,14 +1,7 @@
-"""A deterministic English→German parallel corpus generated from a small bilingual grammar: present-tense main
-clauses, `subject [and subject] + verb + direct object [+ preposition + noun phrase]`, where a noun phrase is a
-determiner, an optional adjective and a noun, e.g. "The small dog sees a red ball in the garden." → "Der kleine Hund
-sieht einen roten Ball im Garten."
-
-The German side is grammatical (articles by gender and case, verb agreement, weak/mixed/strong adjective endings,
-dative plural -n, im/am) and keeps the English word order, which is correct for these clauses: with a closed
-vocabulary and regular agreement a small model learns the task in minutes. Sentences are drawn with
-`random.Random(seed)` from lexicons in a fixed order, so `grammar_pairs(n, seed)` is the same on every machine and
-Python version.
-"""
+"""A deterministic English→German parallel corpus from a small bilingual grammar ("The small dog sees a red ball in
+the garden." → "Der kleine Hund sieht einen roten Ball im Garten."): the German is grammatical and keeps the English
+word order, so a small model learns it in minutes, and `grammar_pairs(n, seed)` is the same on every machine and
+Python version."""
 
 from __future__ import annotations
 
@@ -53,8 +46,6 @@ class Verb:
 
 @dataclass(frozen=True)
 class Preposition:
-    """A German preposition with the case it governs and the nouns it is used with."""
-
     german: str
     case: str
     nouns: tuple[str, ...]  # English nouns the preposition is used with, so that "under the kitchen" never occurs

@@ -1,20 +1,7 @@
-"""Multi30k Task 1 by name: the official English, German, French and Czech files of the Multi30k repository, fetched
-once into a local folder with the layout the rest of the package reads (`{split}.{lang}`, one sentence per line, and
-the official lowercased tokenized references `tok/{split}.lc.norm.tok.{lang}`).
-
-Origin: https://github.com/multi30k/dataset (Elliott et al. 2016, W16-3210; Elliott et al. 2017, W17-4718; Barrault
-et al. 2018), at the pinned commit `COMMIT`, files `data/task1/raw/{split}.{lang}.gz` (gunzipped here, nothing else
-changed) and `data/task1/tok/{split}.lc.norm.tok.{lang}` (copied as served). Every file of the download cache is
-checked against the size and sha256 pinned below when it arrives and again before each use.
-
-Terms, as the origin states them: the repository has no licence file; its README says the data is "solely provided
-for researchers and educators who wish to use the dataset for non-commercial research and/or educational purposes",
-that Multi30k is partly derived from Flickr30k (images subject to Flickr's Terms of Use), and asks users to cite
-Elliott et al. 2016 (and 2017 for the 2017 test sets).
-
-Our split names, the usual ones of the Multi30k literature (`test2016` is the usual "Multi30k test"), map to the
-origin's in `SPLITS`. Czech has no 2017 test sets.
-"""
+"""Multi30k Task 1 by name (Elliott et al. 2016, W16-3210): the en, de, fr and cs files of
+https://github.com/multi30k/dataset at the pinned `COMMIT`, fetched once into a folder of the layout the package reads
+(`{split}.{lang}` gunzipped, `tok/{split}.lc.norm.tok.{lang}` as served, split names mapped in `SPLITS`), each file
+checked against its pinned size and sha256 when it arrives and before each use. Its terms are in the README."""
 
 import gzip
 import hashlib
@@ -136,15 +123,9 @@ def multi30k_dir(
     base_url: str | None = None,
 ) -> Path:
     """The folder of Multi30k files for `languages`: `data_dir` when given, else `$VANILLA_TRANSFORMER_MULTI30K`,
-    else the download cache (`cache_dir()`).
-
-    A given folder is the user's own data, only checked to hold `{split}.{lang}` files of each language: it may
-    rightly hold other versions (WMT16's val.de differs in 61 lines, a re-tokenized `tok/`, a subset).
-
-    The cache is filled from `base_url` (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else `OFFICIAL_URL`) and
-    checked before each use (`_check_cache`); a file missing or damaged is downloaded again. `download=False`, or the
-    official URL while `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE` is set, raises `Multi30kUnavailable` instead.
-    """
+    else the download cache (`cache_dir()`), where a file missing or damaged is downloaded again from `base_url`
+    (default `$VANILLA_TRANSFORMER_MULTI30K_URL`, else `OFFICIAL_URL`), or refused with `download=False` or offline.
+    A given folder is the user's data, not held to the pins: it may rightly hold other versions (WMT16's val.de)."""
     languages = tuple(languages)
     given, origin = (data_dir, "data_dir") if data_dir is not None else (os.environ.get(MULTI30K_ENV), MULTI30K_ENV)
     if given:
@@ -152,9 +133,8 @@ def multi30k_dir(
         if lacking := [lang for lang in languages if not any(folder.glob(f"*.{lang}"))]:
             problem = f"holds no {{split}}.{lacking[0]} files" if folder.is_dir() else "is not a folder"
             raise Multi30kUnavailable(
-                f"{origin}={folder} {problem}; give a folder of Multi30k's layout ({{split}}.{{lang}}, e.g. "
-                f"train.{lacking[0]}, and tok/{{split}}.lc.norm.tok.{{lang}}), or leave {origin} unset to use the "
-                f"download cache."
+                f"{origin}={folder} {problem}; give a folder of {{split}}.{{lang}} files (e.g. train.{lacking[0]}), "
+                f"or unset {origin} to use the download cache."
             )
         return folder
 
@@ -173,15 +153,14 @@ def multi30k_dir(
             raise Multi30kUnavailable(
                 f"Multi30k's cache {folder} holds damaged files ({reason}): {damages}"
                 + (f"; {len(missing)} more missing" if missing else "")
-                + f". Re-run where {base_url} can be reached, which downloads them again (`vanilla-transformer "
-                f"download-multi30k`), or delete them and copy good ones in by hand, or set {MULTI30K_ENV} to a "
-                f"folder that holds good files."
+                + f". Re-run where {base_url} can be reached, which downloads them again, or set {MULTI30K_ENV} to a "
+                f"folder of good files."
             )
         raise Multi30kUnavailable(
             f"Multi30k is not on this machine: {len(missing)} files missing in {folder} ({reason}). "
             + _how_to(folder, base_url)
         )
-    if damaged:  # a cache: the damaged copy is replaced, but never without a word
+    if damaged:
         logger.warning(f"downloading damaged Multi30k files in {folder} again: {damages}")
     _download([*missing, *damaged], folder, base_url)
     return folder
@@ -234,17 +213,15 @@ def _is_set(name: str) -> bool:
 def _how_to(folder: Path, base_url: str) -> str:
     renames = ", ".join(f"{official} as {ours}" for ours, official in SPLITS.items() if ours != official)
     return (
-        f"Run `vanilla-transformer download-multi30k` (or multi30k_dir() in Python) where {base_url} can be reached, "
-        f"or copy the files of {base_url}/{COMMIT}/data/task1/ into {folder} by hand: raw/{{split}}.{{lang}}.gz "
-        f"gunzipped as {{split}}.{{lang}} and tok/* into tok/, the splits renamed ({renames}); or set {MULTI30K_ENV} "
-        f"to a folder that holds them."
+        f"Run `vanilla-transformer download-multi30k` where {base_url} can be reached, or copy the files of "
+        f"{base_url}/{COMMIT}/data/task1/ into {folder} by hand (raw/{{split}}.{{lang}}.gz gunzipped as "
+        f"{{split}}.{{lang}}, tok/ as is, splits renamed: {renames}), or set {MULTI30K_ENV} to a folder of them."
     )
 
 
 def _check_cache(folder: Path, paths: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Which of `paths` the cache `folder` lacks, and which it holds damaged, with what is wrong: each file must have
-    its `pinned` size and sha256, hashed again only when its size or mtime changed since it last passed (`RECORD`),
-    so an unchanged cache costs a stat per file, not a read of its 10 MB."""
+    """Which of `paths` the cache `folder` lacks, and which it holds damaged (not their `pinned` size and sha256),
+    with what is wrong; a file is hashed only when its size or mtime changed since it last passed (`RECORD`)."""
     record = _read_record(folder)
     missing, damaged, passed = [], {}, {}
     for path in paths:
@@ -285,8 +262,7 @@ def _write_record(folder: Path, files: dict[str, list]) -> None:
 
 
 def _download(paths: list[str], folder: Path, base_url: str) -> None:
-    """Fetch and check `paths` in a folder beside `folder`, then move them all into place: a failed download leaves
-    nothing behind."""
+    """Fetch and check `paths` beside `folder`, then move them all in: a failed download leaves nothing behind."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     logger.info(f"downloading {len(paths)} Multi30k files from {base_url} into {folder}")
     staging = fresh_staging_folder(folder)
@@ -298,8 +274,8 @@ def _download(paths: list[str], folder: Path, base_url: str) -> None:
             # for what was hashed
             if (len(stored), hashlib.sha256(stored).hexdigest()) != pinned(path):
                 raise Multi30kUnavailable(
-                    f"Multi30k's {path} gunzips to bytes other than those pinned for {local_name(path)} in "
-                    f"GUNZIPPED; nothing was stored. The module's tables disagree: report it."
+                    f"Multi30k's {path} gunzips to bytes other than GUNZIPPED pins for {local_name(path)}; nothing "
+                    f"was stored: report this bug."
                 )
             target = staging / local_name(path)
             target.parent.mkdir(exist_ok=True)

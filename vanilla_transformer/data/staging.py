@@ -1,8 +1,7 @@
-"""Atomic writes, the one scheme of every output and cache: a file or folder is written under a hidden name beside its
-destination, `.<name>.<host>-<pid>.partial`, flushed to disk, and moved into place with `os.replace` only when
-complete, so a reader sees the old whole or the new whole and a killed writer leaves nothing a later command reads as
-whole. The hidden name carries its writer, so a later command removes what a killed writer left
-(`remove_killed_staging`) and never what a live one, or one on another host sharing the disk, is writing."""
+"""Atomic writes, the one scheme of every output and cache: written under `.<name>.<host>-<pid>.partial` beside the
+destination, flushed, and moved into place with `os.replace` when complete, so a reader sees the old whole or the new
+whole; the name carries its writer, so a later command removes what a killed writer left and never what a live one,
+or one on another host sharing the disk, is writing."""
 
 import logging
 import os
@@ -110,8 +109,8 @@ def fsync_directory(folder: Path) -> None:
 
 @contextmanager
 def atomic_file(destination: Path, suffix: str = "") -> Iterator[Path]:
-    """A hidden path for the block to write that replaces `destination` (keeping its permissions) only when the block
-    completes; on an error the destination is untouched and the hidden file removed."""
+    """A hidden path for the block to write that replaces `destination` (keeping its permissions) when the block
+    completes; on an error the destination is untouched."""
     remove_killed_staging(destination.parent)
     staging = staging_path(destination, suffix)
     try:

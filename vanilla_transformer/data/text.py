@@ -10,7 +10,6 @@ from ..errors import DataError
 
 
 def check_text_file(path: Path) -> None:
-    """Refuse a `{split}.{lang}` path that is a folder or does not exist."""
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; expected a file of one sentence per line, named split.lang.")
     if not path.is_file():
@@ -26,13 +25,9 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def iter_lines(handle: BinaryIO, name: str) -> Iterator[str]:
-    """The lines of an open binary stream one at a time (constant memory); `name` is what error messages call it.
-
-    Lines end at `\n` only: Unicode line separators, form feeds and other control characters stay inside their line
-    (Python's `str.splitlines` would split there and misalign a parallel corpus). A `\r` before the `\n` is removed
-    (CRLF files read as LF files) and a byte-order mark is dropped from line 1; a byte that is not UTF-8 raises an
-    error naming the file and the line. The one decoder of every reader here.
-    """
+    """The lines of an open binary stream one at a time; `name` is what error messages call it. Lines end at `\n`
+    only: Unicode line separators and control characters stay inside their line (`str.splitlines` would split there
+    and misalign a parallel corpus). A `\r` before the `\n` and a byte-order mark on line 1 are dropped."""
     for number, raw in enumerate(handle, start=1):
         try:
             line = raw.decode("utf-8")
@@ -62,9 +57,8 @@ def file_state(path: Path) -> list:
 
 
 def changed_since(path: Path, state: list) -> str | None:
-    """How `path` differs from the `file_state` recorded for it, or None. The file is hashed only when its mtime
-    moved, so that an intact cache opens without reading it (a WMT-sized corpus is gigabytes): a change that restores
-    the size and the mtime goes unseen, a trade-off docs/reliability.md states."""
+    """How `path` differs from the `file_state` recorded for it, or None; it is hashed only when its mtime moved, so
+    that an intact cache of gigabytes opens without reading it (the trade-off is in docs/reliability.md)."""
     size, mtime_ns, sha256 = state
     if not path.is_file():
         return f"{path.name} is missing"
@@ -87,8 +81,8 @@ def count_lines(path: str | Path) -> int:
 
 
 def write_lines(path: str | Path, lines: list[str]) -> None:
-    """Write one line per item to `path` (UTF-8, `\n` line ends), so that line N of the output belongs to line N of the
-    input: line breaks inside an item (`\n`, `\r`) become spaces, as they would otherwise split it."""
+    """Write one line per item to `path` (UTF-8, `\n` line ends); line breaks inside an item become spaces, so that
+    line N of the output stays line N of the input."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     text = "".join(line.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n" for line in lines)
     Path(path).write_text(text, encoding="utf-8", newline="\n")
