@@ -36,13 +36,14 @@ class Range:
         below = value < self.high if self.high_open else value <= self.high
         return None if above and below else f"out of range: {self.fix}"
 
-    def parse(self, text: str) -> int | float:
-        """`text` as a number in the range; a `ValueError` naming the text and the fix otherwise."""
+    def parse(self, text: str, check_range: bool = True) -> int | float:
+        """`text` as a number (in the range, unless not `check_range`); a `ValueError` naming the text and the fix
+        otherwise."""
         try:
             value = int(text) if self.whole else float(text)
         except ValueError:
             raise SettingsError(f"{text!r} is not a {'whole number' if self.whole else 'number'}: {self.fix}") from None
-        problem = self.problem(value)
+        problem = self.problem(value) if check_range else None
         if problem:
             raise SettingsError(f"{text} is {problem}")
         return value
