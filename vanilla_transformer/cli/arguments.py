@@ -239,7 +239,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGro
 
 
 def add_overwrite_argument(parser: argparse.ArgumentParser, folder: str = "--output-dir") -> None:
-    """`--overwrite`: replace `folder` even if it holds what no command of ours wrote."""
     parser.add_argument(
         "--overwrite", action="store_true", help=f"replace {folder} even if it holds what no command of ours wrote"
     )
@@ -271,8 +270,7 @@ def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_setting_arguments(parser: argparse.ArgumentParser, helps: dict[str, str | None], **defaults: object) -> None:
     """A flag `--field-name` per training setting in `helps` (field: help), a number of the kind its rule in
-    `TRAINING_RANGES` takes (else text), with its default in `defaults` (else None). The ranges themselves are checked
-    once, by the run's settings as they are built (`training.settings.TrainingSettings`)."""
+    `TRAINING_RANGES` takes (else text), with its default in `defaults` (else None)."""
     for field, help_text in helps.items():
         kind = argument_type(TRAINING_RANGES[field], check_range=False) if field in TRAINING_RANGES else str
         parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=defaults.get(field), help=help_text)
