@@ -72,8 +72,7 @@ def comma_separated_choices(choices: Iterable[str]) -> Callable[[str], str]:
     choices = tuple(choices)
 
     def check(text: str) -> str:
-        names = [name.strip() for name in text.split(",")]
-        unknown = [name for name in names if name not in choices]
+        unknown = [name.strip() for name in text.split(",") if name.strip() not in choices]
         if unknown:
             raise argparse.ArgumentTypeError(
                 f"{text!r}: no {', '.join(unknown)}; give a comma-separated subset of {','.join(choices)}"
@@ -154,8 +153,7 @@ def output_dir(text: str) -> str:
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a new folder's path")
-    blocked = None if path.is_dir() else _blocked(path)
-    if blocked:
+    if not path.is_dir() and (blocked := _blocked(path)):
         raise argparse.ArgumentTypeError(f"{text} cannot be created: {blocked}")
     return text
 
@@ -165,8 +163,7 @@ def output_file(text: str) -> str:
     path = Path(text).expanduser()
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder: give a file's path, e.g. {Path(text) / 'out.txt'}")
-    blocked = _blocked(path)
-    if blocked:
+    if blocked := _blocked(path):
         raise argparse.ArgumentTypeError(f"{text} cannot be written: {blocked}")
     return text
 
@@ -211,8 +208,7 @@ def model_source(text: str) -> str:
 
 
 def repo_id(text: str) -> str:
-    """A `type=` for a Hub repository to push to: `namespace/name`, in the characters the Hub allows
-    (`hub.check_repo_id`)."""
+    """A `type=` for a Hub repository to push to (`hub.check_repo_id`)."""
     from ..release.hub import check_repo_id
 
     try:

@@ -209,11 +209,10 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
     reference = references[0]
     expected = tokenizer_fingerprint(load_tokenizer(reference))
     for folder in folders:
-        found = {
-            "tokenizer.json": tokenizer_fingerprint(load_tokenizer(folder)) if folder in with_tokenizer else None,
-            "config.json's tokenizer_fingerprint": configs[folder].get("tokenizer_fingerprint"),
-        }
-        for what, digest in found.items():
+        for what, digest in (
+            ("tokenizer.json", tokenizer_fingerprint(load_tokenizer(folder)) if folder in with_tokenizer else None),
+            ("config.json's tokenizer_fingerprint", configs[folder].get("tokenizer_fingerprint")),
+        ):
             if digest is not None and digest != expected:
                 raise ModelFolderError(
                     f"{folder}'s {what} names another tokenizer than {reference} (fingerprint {digest[:12]}… vs "
