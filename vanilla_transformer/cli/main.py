@@ -98,8 +98,7 @@ def user_error_message(error: BaseException) -> str | None:
     """The one line `error: ...` for a user error (the module docstring says which), or None for a bug."""
     if isinstance(error, VanillaTransformerError):
         return f"error: {error}"
-    message = _storage_error(error)
-    if message:
+    if message := _storage_error(error):
         return message
     if isinstance(error, PATH_ERRORS):
         return f"error: {error.filename}: {error.strerror}" if error.filename and error.strerror else f"error: {error}"

@@ -219,7 +219,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if len(languages) != 2:
             raise SettingsError(f"language={language!r}: give the (source, target) pair, e.g. ['en', 'de'].")
         model = self.accelerator.unwrap_model(self.model)
-        card = card_from_training_log(
+        card_from_training_log(
             model_name or Path(self.args.output_dir).name,
             self.state.log_history,
             model.config.to_dict(),
@@ -231,8 +231,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             languages=(languages[0], languages[1]),
             repo_id=self.hub_model_id,
             license=license or "apache-2.0",
-        )
-        card.save(Path(self.args.output_dir) / "README.md")
+        ).save(Path(self.args.output_dir) / "README.md")
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
