@@ -103,8 +103,7 @@ def device(text: str) -> str:
 
 
 def _blocked(path: Path) -> str | None:
-    """Why a file or folder cannot be created at `path`, or None: an existing parent that is a file, or a folder that
-    this user may not write in."""
+    """Why a file or folder cannot be created at `path` (a parent is a file, or not writable), or None."""
     parent = path.absolute().parent
     while not parent.exists():
         parent = parent.parent
@@ -219,8 +218,7 @@ def repo_id(text: str) -> str:
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """`--dtype` and `--engine`, the choices of `translation.load_translator`, for the commands that translate with
-    a loaded model."""
+    """`--dtype` and `--engine`, the choices of `translation.load_translator`."""
     parser.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16"],
@@ -273,8 +271,7 @@ def add_setting_arguments(parser: argparse.ArgumentParser, helps: dict[str, str 
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of `train`: `--preset` with one flag per preset field, the output folder, the languages, and the
-    options of the run."""
+    """The flags of `train`: `--preset` with one flag per preset field, and the options of the run."""
     add_typed_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)

@@ -97,8 +97,7 @@ def _sharded_trainer_message(state_dict_type: str) -> str:
 
 
 def check_trainer_fsdp(accelerator: Accelerator) -> None:
-    """Refuse, before training, a state dict type that leaves the Trainer's checkpoints without `model.safetensors`
-    (SHARDED_STATE_DICT, FSDP2's default), which resuming and averaging read."""
+    """Refuse, before training, a state dict type (FSDP2's default) that leaves checkpoints without weights files."""
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
         raise SettingsError(_sharded_trainer_message(str(plugin.state_dict_type)))
