@@ -1,14 +1,10 @@
-"""The subcommands of `vanilla-transformer` (`vanilla_transformer/cli/main.py`), one module each.
+"""The flags shared by the subcommands of `vanilla-transformer` (`vanilla_transformer/cli/main.py`, one module each:
+its docstring is its help, `add_arguments(parser)` declares its flags, `run(args)` does the work, importing what does
+it inside `run` so that `--help` stays quick).
 
-A command module's docstring is its help (the first line: its summary in the command list), `add_arguments(parser)`
-declares its flags, and `run(args)` does the work: arguments that do not go together raise `UsageError`, other
-refusals a `VanillaTransformerError` (`main` prints either as one line). Each module imports what does the work
-(datasets, sacrebleu, matplotlib, the trainer) inside `run`, so that `--help` stays quick.
-
-Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use (a beam of 0,
-a folder where a file is read, a device this machine lacks) stops the command at once with argparse's one line
-`error: argument --flag: ...` naming the value and the fix (exit status 2). The training settings' flags are only
-read as numbers here: their ranges are checked once, as the run's settings are built.
+Every numeric and path flag is checked where it is parsed, by a `type=` below: a value no run can use stops the
+command at once with argparse's one line `error: argument --flag: ...` naming the value and the fix (exit status 2).
+The training settings' flags are only read as numbers here: their ranges are checked as the run's settings are built.
 """
 
 import argparse
@@ -28,35 +24,17 @@ DATA_DIR_HELP = (
 MAX_SEED = 2**32 - 1
 
 
-# --- numbers ---------------------------------------------------------------------------------------------------------
-
-
-def argument_type(rule: Range, name: str) -> Callable[[str], int | float]:
-    """A `type=` refusing what `rule` refuses, in its words."""
+def argument_type(rule: Range, check_range: bool = True) -> Callable[[str], int | float]:
+    """A `type=` refusing what `rule` refuses, in its words; without `check_range` only a text of the wrong kind of
+    number (a training setting's range is checked once, by `training.settings.TrainingSettings`)."""
 
     def check(text: str) -> int | float:
         try:
-            return rule.parse(text)
+            return rule.parse(text, check_range)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
 
-    check.__name__ = name
     return check
-
-
-def setting_number(rule: Range, name: str) -> Callable[[str], int | float]:
-    """A `type=` for a training setting: the text as a number of `rule`'s kind, in `rule`'s words when it is none;
-    its range is the settings' to check (`training.settings.TrainingSettings`), once, for flags and Python alike."""
-    kind, noun = (int, "whole number") if rule.whole else (float, "number")
-
-    def convert(text: str) -> int | float:
-        try:
-            return kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {noun}: {rule.fix}") from None
-
-    convert.__name__ = name
-    return convert
 
 
 def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Callable[[str], int]:
@@ -64,18 +42,17 @@ def int_in_range(minimum: int, maximum: int | None = None, fix: str = "") -> Cal
     value refused (default: the range to give)."""
     if not fix:
         fix = f"give {minimum} or more" if maximum is None else f"give a number from {minimum} to {maximum}"
-    high = math.inf if maximum is None else maximum
-    return argument_type(Range(minimum, high, whole=True, fix=fix), f"int_in_range_{minimum}_{maximum}")
+    return argument_type(Range(minimum, math.inf if maximum is None else maximum, whole=True, fix=fix))
 
 
 # the `type=`s of numbers; `generate` checks beams against the model's vocabulary
 positive_int = int_in_range(1)  # steps, batches, samples
 non_negative_int = int_in_range(0)  # 0-based indices (layers, heads)
 optional_count = int_in_range(1, fix="give 1 or more, or leave the flag out")  # flags with a default when left out
-num_beams = argument_type(BEAMS, "num_beams")  # 1 (greedy) to MAX_NUM_BEAMS
+num_beams = argument_type(BEAMS)  # 1 (greedy) to MAX_NUM_BEAMS
 seed = int_in_range(0, MAX_SEED)
-finite_float = argument_type(Range(-math.inf, fix="give a finite number"), "finite_float")  # no nan or inf
-non_negative_float = argument_type(Range(0, fix="give 0 or more"), "non_negative_float")
+finite_float = argument_type(Range(-math.inf, fix="give a finite number"))  # no nan or inf
+non_negative_float = argument_type(Range(0, fix="give 0 or more"))
 
 
 def float_list(text: str) -> list[float]:
@@ -95,20 +72,14 @@ def comma_separated_choices(choices: Iterable[str]) -> Callable[[str], str]:
     choices = tuple(choices)
 
     def check(text: str) -> str:
-        names = [name.strip() for name in text.split(",")]
-        unknown = [name for name in names if name not in choices]
+        unknown = [name.strip() for name in text.split(",") if name.strip() not in choices]
         if unknown:
-            known = ",".join(choices)
             raise argparse.ArgumentTypeError(
-                f"{text!r}: no {', '.join(unknown)}; give a comma-separated subset of {known}"
+                f"{text!r}: no {', '.join(unknown)}; give a comma-separated subset of {','.join(choices)}"
             )
         return text
 
-    check.__name__ = "comma_separated_choices"
     return check
-
-
-# --- devices ---------------------------------------------------------------------------------------------------------
 
 
 def available_devices() -> list[str]:
@@ -131,12 +102,8 @@ def device(text: str) -> str:
     return text
 
 
-# --- paths -----------------------------------------------------------------------------------------------------------
-
-
 def _blocked(path: Path) -> str | None:
-    """Why a file or folder cannot be created at `path`, or None: an existing parent that is a file, or a folder that
-    this user may not write in."""
+    """Why a file or folder cannot be created at `path` (a parent is a file, or not writable), or None."""
     parent = path.absolute().parent
     while not parent.exists():
         parent = parent.parent
@@ -185,8 +152,7 @@ def output_dir(text: str) -> str:
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a new folder's path")
-    blocked = None if path.is_dir() else _blocked(path)
-    if blocked:
+    if not path.is_dir() and (blocked := _blocked(path)):
         raise argparse.ArgumentTypeError(f"{text} cannot be created: {blocked}")
     return text
 
@@ -196,8 +162,7 @@ def output_file(text: str) -> str:
     path = Path(text).expanduser()
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder: give a file's path, e.g. {Path(text) / 'out.txt'}")
-    blocked = _blocked(path)
-    if blocked:
+    if blocked := _blocked(path):
         raise argparse.ArgumentTypeError(f"{text} cannot be written: {blocked}")
     return text
 
@@ -242,8 +207,7 @@ def model_source(text: str) -> str:
 
 
 def repo_id(text: str) -> str:
-    """A `type=` for a Hub repository to push to: `namespace/name`, in the characters the Hub allows
-    (`hub.check_repo_id`)."""
+    """A `type=` for a Hub repository to push to (`hub.check_repo_id`)."""
     from ..release.hub import check_repo_id
 
     try:
@@ -253,12 +217,8 @@ def repo_id(text: str) -> str:
     return text
 
 
-# --- shared flags ----------------------------------------------------------------------------------------------------
-
-
 def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """`--dtype` and `--engine`, the choices of `translation.load_translator`, for the commands that translate with
-    a loaded model."""
+    """`--dtype` and `--engine`, the choices of `translation.load_translator`."""
     parser.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16"],
@@ -273,7 +233,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGro
 
 
 def add_overwrite_argument(parser: argparse.ArgumentParser, folder: str = "--output-dir") -> None:
-    """`--overwrite`: replace `folder` even if it holds what no command of ours wrote."""
     parser.add_argument(
         "--overwrite", action="store_true", help=f"replace {folder} even if it holds what no command of ours wrote"
     )
@@ -305,16 +264,14 @@ def add_typed_preset_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_setting_arguments(parser: argparse.ArgumentParser, helps: dict[str, str | None], **defaults: object) -> None:
     """A flag `--field-name` per training setting in `helps` (field: help), a number of the kind its rule in
-    `TRAINING_RANGES` takes (else text), with its default in `defaults` (else None). The ranges themselves are checked
-    once, by the run's settings as they are built (`training.settings.TrainingSettings`)."""
+    `TRAINING_RANGES` takes (else text), with its default in `defaults` (else None)."""
     for field, help_text in helps.items():
-        kind = setting_number(TRAINING_RANGES[field], field) if field in TRAINING_RANGES else str
+        kind = argument_type(TRAINING_RANGES[field], check_range=False) if field in TRAINING_RANGES else str
         parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=defaults.get(field), help=help_text)
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of `train`: `--preset` with one flag per preset field, the output folder, the languages, and the
-    options of the run."""
+    """The flags of `train`: `--preset` with one flag per preset field, and the options of the run."""
     add_typed_preset_arguments(parser)
     parser.add_argument("--output-dir", required=True, type=output_dir)
     add_language_arguments(parser)

@@ -42,12 +42,6 @@ COMMANDS = (
 )
 
 
-def _command(name: str) -> ModuleType:
-    return import_module(f"{__package__}.{name.replace('-', '_')}")
-
-
-# the exit status of a user error, as argparse's for a flag it refuses
-USER_ERROR_STATUS = 2
 DEBUG_HELP = "on an error, show its traceback too (for a bug report)"
 # errors of the operating system about a path given: a file or folder missing, of the wrong kind, or not permitted
 PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
@@ -104,8 +98,7 @@ def user_error_message(error: BaseException) -> str | None:
     """The one line `error: ...` for a user error (the module docstring says which), or None for a bug."""
     if isinstance(error, VanillaTransformerError):
         return f"error: {error}"
-    message = _storage_error(error)
-    if message:
+    if message := _storage_error(error):
         return message
     if isinstance(error, PATH_ERRORS):
         return f"error: {error.filename}: {error.strerror}" if error.filename and error.strerror else f"error: {error}"
@@ -127,7 +120,7 @@ def _run(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
         if message is None:
             raise
         print(message, file=sys.stderr)
-        sys.exit(USER_ERROR_STATUS)
+        sys.exit(2)  # argparse's status for a flag it refuses
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        command = _command(name)
+        command = import_module(f"{__package__}.{name.replace('-', '_')}")
         subparser = subparsers.add_parser(
             name,
             help=command.__doc__.splitlines()[0],

@@ -24,6 +24,8 @@ from ..model.configuration_vanilla_transformer import SIZE_FIELDS, VanillaTransf
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+# the run's record, copied into each checkpoint as it is saved (`VanillaTransformerTrainer._save_checkpoint`)
+RUN_RECORD = "preset.json"
 # A checkpoint is written under this prefix and renamed to checkpoint-N when complete (`VanillaTransformerTrainer`);
 # a folder still carrying it was interrupted.
 STAGING_PREFIX = "tmp-"
@@ -58,9 +60,10 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def check_checkpoint_pickles(folder: str | Path) -> None:
-    """Open every pickle a resume reads from `folder` (.pt, .pth, .bin, .pkl but `training_args.bin`) with
-    `weights_only=True`, memory-mapped, before the Trainer or accelerate does: a file holding objects other than
-    tensors is refused by name, never run, where accelerate would skip a random state it cannot read at INFO level."""
+    """Open every pickle a resume reads from `folder` (but `training_args.bin`) with `weights_only=True` before the
+    Trainer or accelerate does: a file holding objects other than tensors is refused by name, never run, where
+    accelerate would skip a random state it cannot read at INFO level."""
+    fix = "delete that checkpoint and resume from an earlier one (or start a new --output-dir)"
     for path in sorted(Path(folder).iterdir()):
         if path.suffix not in (".pt", ".pth", ".bin", ".pkl") or path.name == TRAINING_ARGS_NAME:
             continue
@@ -70,21 +73,17 @@ def check_checkpoint_pickles(folder: str | Path) -> None:
         except pickle.UnpicklingError as error:
             raise ModelFolderError(
                 f"{path} holds pickled objects other than tensors, so it was refused and never run: if no run of "
-                f"yours wrote it, delete that checkpoint and resume from an earlier one (or start a new --output-dir)"
+                f"yours wrote it, {fix}"
             ) from error
         except (RuntimeError, EOFError, ValueError) as error:  # not a torch.save archive, or cut short
             raise ModelFolderError(
-                f"{path} is not a whole torch.save file ({str(error).splitlines()[0]}), so it was never loaded: delete "
-                f"that checkpoint and resume from an earlier one (or start a new --output-dir)"
+                f"{path} is not a whole torch.save file ({str(error).splitlines()[0]}), so it was never loaded: {fix}"
             ) from error
 
 
 def remove_stale_staging(run_dir: str | Path) -> list[Path]:
-    """Delete the `tmp-checkpoint-N` folders an interrupted run left in `run_dir` (logging each); returns them."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return []
-    stale = sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith(STAGING_PREFIX + "checkpoint-"))
+    """Delete (and return) the `tmp-checkpoint-N` folders an interrupted run left in `run_dir`."""
+    stale = sorted(Path(run_dir).glob(f"{STAGING_PREFIX}checkpoint-*/"))
     for folder in stale:
         logger.warning("removing %s, a checkpoint whose writing was interrupted", folder)
         shutil.rmtree(folder)
@@ -93,27 +92,24 @@ def remove_stale_staging(run_dir: str | Path) -> list[Path]:
 
 def average_weights(folders: list[Path]) -> PreTrainedModel:
     """The newest of `folders`' models holding the element-wise mean of their weights (float32 accumulation). Each
-    folder is checked first (`check_model_folder`, which loads its model), so that a truncated, bit-flipped or
-    diverged checkpoint is named, not averaged in; the newest's loaded model takes the average."""
+    folder is checked first (`check_model_folder`), so that a truncated, bit-flipped or diverged checkpoint is named,
+    not averaged in."""
     if not folders:
         raise ModelFolderError("no checkpoints to average.")
     for folder in folders:
         model = check_model_folder(folder)
     total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
     for folder in folders:
-        path = folder / SAFE_WEIGHTS_NAME
-        state = load_file(path)
+        state = load_file(folder / SAFE_WEIGHTS_NAME)
         if total and state.keys() != total.keys():
             raise ModelFolderError(
-                f"{path} holds other tensors than {folders[0]}; average checkpoints of one model only."
+                f"{folder} holds other tensors than {folders[0]}; average checkpoints of one model only."
             )
         for name, tensor in state.items():
-            total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
-            dtypes[name] = tensor.dtype
+            total[name] = total.get(name, 0) + tensor.float()
     # the names and shapes were checked with each checkpoint; tied matrices are stored once (`model.shared.weight`)
     model.load_state_dict(
-        {name: (tensor / len(folders)).to(dtypes[name]) for name, tensor in total.items()}, strict=False
+        {name: (tensor / len(folders)).to(state[name].dtype) for name, tensor in total.items()}, strict=False
     )
     model.tie_weights()
     return model
@@ -143,15 +139,15 @@ def run_inputs(run_dir: str | Path) -> tuple[list[tuple[str, Path]], list[tuple[
     """What an output written from a run must leave alone (`outputs.check_not_an_input`): its checkpoints, staged
     ones too, tokenizer and preset.json, and the run folder as their holder."""
     run = Path(run_dir)
-    inputs: list[tuple[str, Path]] = []
-    if run.is_dir():
-        inputs += [
-            ("checkpoint", path)
-            for path in sorted(run.iterdir())
-            if path.is_dir() and CHECKPOINT_PATTERN.match(path.name.removeprefix(STAGING_PREFIX))
-        ]
-    inputs += [("the run's tokenizer", run / "tokenizer"), ("the run's preset", run / "preset.json")]
-    return [(label, path) for label, path in inputs if path.exists()], [("--run-dir", run)]
+    inputs = [
+        ("checkpoint", path)
+        for path in sorted(run.glob("*/"))
+        if CHECKPOINT_PATTERN.match(path.name.removeprefix(STAGING_PREFIX))
+    ]
+    for label, path in (("the run's tokenizer", run / "tokenizer"), ("the run's preset", run / RUN_RECORD)):
+        if path.exists():
+            inputs.append((label, path))
+    return inputs, [("--run-dir", run)]
 
 
 def _architecture(config: dict) -> dict:
@@ -162,11 +158,13 @@ def _architecture(config: dict) -> dict:
     return values
 
 
+def _differences(old: dict, new: dict, names) -> list[str]:
+    return [f"{name}: {old.get(name)!r} vs {new.get(name)!r}" for name in names if old.get(name) != new.get(name)]
+
+
 # what a run's record (`preset.json`) may change between its checkpoints, and a resume: how long it runs and what it
 # keeps (the §5.3 rate depends on the step alone)
 RESUMABLE_FIELDS = ("max_steps", "save_steps", "eval_steps", "average_last")
-# the run's record, copied into each checkpoint as it is saved (`VanillaTransformerTrainer._save_checkpoint`)
-RUN_RECORD = "preset.json"
 
 
 def _record_differences(folder: Path, newest: Path) -> list[str]:
@@ -181,11 +179,7 @@ def _record_differences(folder: Path, newest: Path) -> list[str]:
         | {f"run.{name}": value for name, value in record.get("run", {}).items()}
         for record in records
     )
-    return [
-        f"{RUN_RECORD} {name}: {old.get(name)!r} vs {new.get(name)!r}"
-        for name in sorted(old.keys() | new.keys())
-        if old.get(name) != new.get(name)
-    ]
+    return [f"{RUN_RECORD} {difference}" for difference in _differences(old, new, sorted(old.keys() | new.keys()))]
 
 
 def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
@@ -196,15 +190,10 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
     configs = {folder: check_config_file(folder / "config.json") for folder in folders}
     reference = _architecture(configs[newest])
     for folder in folders[:-1]:
-        values = _architecture(configs[folder])
-        differences = [
-            f"{field}: {values[field]!r} vs {reference[field]!r}"
-            for field in values
-            if values[field] != reference[field]
-        ]
-        fingerprints = configs[folder].get("tokenizer_fingerprint"), configs[newest].get("tokenizer_fingerprint")
-        if None not in fingerprints and fingerprints[0] != fingerprints[1]:
-            differences.append(f"tokenizer_fingerprint: {fingerprints[0]!r} vs {fingerprints[1]!r}")
+        config = configs[folder]
+        differences = _differences(_architecture(config), reference, ARCHITECTURE_FIELDS)
+        if None not in (config.get("tokenizer_fingerprint"), configs[newest].get("tokenizer_fingerprint")):
+            differences += _differences(config, configs[newest], ["tokenizer_fingerprint"])
         differences += _record_differences(folder, newest)
         if differences:
             raise ModelFolderError(
@@ -214,19 +203,16 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
             )
     run_tokenizer = Path(run_dir) / "tokenizer"
     with_tokenizer = [folder for folder in folders if (folder / "tokenizer.json").is_file()]
-    if (run_tokenizer / "tokenizer.json").is_file():
-        reference = run_tokenizer
-    elif with_tokenizer:
-        reference = with_tokenizer[-1]
-    else:
+    references = [run_tokenizer] if (run_tokenizer / "tokenizer.json").is_file() else with_tokenizer[-1:]
+    if not references:
         return
+    reference = references[0]
     expected = tokenizer_fingerprint(load_tokenizer(reference))
     for folder in folders:
-        found = {
-            "tokenizer.json": tokenizer_fingerprint(load_tokenizer(folder)) if folder in with_tokenizer else None,
-            "config.json's tokenizer_fingerprint": configs[folder].get("tokenizer_fingerprint"),
-        }
-        for what, digest in found.items():
+        for what, digest in (
+            ("tokenizer.json", tokenizer_fingerprint(load_tokenizer(folder)) if folder in with_tokenizer else None),
+            ("config.json's tokenizer_fingerprint", configs[folder].get("tokenizer_fingerprint")),
+        ):
             if digest is not None and digest != expected:
                 raise ModelFolderError(
                     f"{folder}'s {what} names another tokenizer than {reference} (fingerprint {digest[:12]}… vs "

@@ -1,12 +1,9 @@
-"""What training does under FSDP2 (`accelerate launch --use_fsdp --fsdp_version 2`) besides what accelerate
-does (docs/fsdp.md).
+"""What training does under FSDP (`accelerate launch --use_fsdp`) besides what accelerate does (docs/fsdp.md).
 
 The model shares one matrix between four modules (§3.4): `model.shared`, the encoder's and the decoder's
-`embed_tokens` and `lm_head`. FSDP2 (torch >= 2.13) refuses a parameter that two of its groups reach, and accelerate's
-`fsdp2_prepare_model` groups only the input embeddings (the encoder's) with the output projection, which leaves
-`model.shared` and the decoder's embeddings to the root group: the first forward stopped with "Parameter ... is
-shared with a parameter already managed by another FSDP group". `shard_tied_embeddings` puts all of them into one
-group before accelerate wraps the rest, as torch's message prescribes.
+`embed_tokens` and `lm_head`. FSDP2 refuses a parameter that two of its groups reach, and accelerate groups only the
+encoder's embeddings with the output projection, so the first forward stopped with "Parameter ... is shared with a
+parameter already managed by another FSDP group". `shard_tied_embeddings` puts all four into one group first.
 """
 
 import logging
@@ -58,21 +55,16 @@ def shard_tied_embeddings(accelerator: Accelerator, model: torch.nn.Module) -> N
             )
 
 
-def fsdp_requested() -> bool:
-    """Whether accelerate's launcher asked for FSDP, whether or not accelerate then uses it."""
-    return parse_flag_from_env("ACCELERATE_USE_FSDP")
-
-
 def fsdp_problems(config: VanillaTransformerConfig) -> list[str]:
     """What an FSDP launch asks that cannot work, found on any machine (accelerate drops FSDP without a GPU): a layer
     class to wrap that the model lacks, and a sharded state dict."""
-    if not fsdp_requested():
+    if not parse_flag_from_env("ACCELERATE_USE_FSDP"):
         return []
     found = []
-    names = [name.strip() for name in os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "").split(",") if name.strip()]
     with torch.device("meta"):  # its classes only: no memory, no time
         classes = {type(module).__name__ for module in VanillaTransformerForConditionalGeneration(config).modules()}
-    unknown = [name for name in names if name not in classes]
+    names = (name.strip() for name in os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "").split(","))
+    unknown = [name for name in names if name and name not in classes]
     if unknown:
         layers = sorted(name for name in classes if name.endswith("Layer"))
         found.append(
@@ -88,7 +80,7 @@ def fsdp_problems(config: VanillaTransformerConfig) -> list[str]:
 
 def warn_if_fsdp_dropped(accelerator: Accelerator) -> None:
     """Say so where an FSDP launch trains with DDP, as accelerate does without a GPU, without a word."""
-    if fsdp_requested() and getattr(accelerator.state, "fsdp_plugin", None) is None:
+    if parse_flag_from_env("ACCELERATE_USE_FSDP") and getattr(accelerator.state, "fsdp_plugin", None) is None:
         logger.warning(
             "launched with FSDP, but accelerate uses FSDP only on GPUs (and other accelerators): this run trains "
             "with DDP, every process holding the whole model and optimizer state. Launch without --use_fsdp on this "
@@ -105,8 +97,7 @@ def _sharded_trainer_message(state_dict_type: str) -> str:
 
 
 def check_trainer_fsdp(accelerator: Accelerator) -> None:
-    """Refuse, before training, a state dict type that leaves the Trainer's checkpoints without `model.safetensors`
-    (SHARDED_STATE_DICT, FSDP2's default), which resuming and averaging read."""
+    """Refuse, before training, a state dict type (FSDP2's default) that leaves checkpoints without weights files."""
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
         raise SettingsError(_sharded_trainer_message(str(plugin.state_dict_type)))

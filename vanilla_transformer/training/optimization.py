@@ -60,8 +60,6 @@ def label_smoothed_loss(epsilon: float):
         )
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum()
-        if isinstance(num_items_in_batch, torch.Tensor):
-            num_items_in_batch = num_items_in_batch.to(loss.device)
-        return loss / num_items_in_batch
+        return loss / torch.as_tensor(num_items_in_batch, device=loss.device)
 
     return compute_loss

@@ -1,7 +1,5 @@
-"""The range each number a user gives must lie in, written once (`Range`) and read in two places: the command line's
-`type=` checks (`vanilla_transformer.cli.arguments`, which refuse a flag as argparse parses it) and the training
-run object's own check (`settings.TrainingSettings.check`, for callers of the Python API).
-`TRAINING_RANGES` holds the rules of every numeric training setting, preset fields and training options alike."""
+"""The range each number a user gives must lie in, written once (`Range`) for the command line's `type=` checks
+(`cli.arguments`) and the training settings' own check (`settings.TrainingSettings.check`, for the Python API)."""
 
 import math
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ class Range:
     fix: str = ""
 
     def problem(self, value: object) -> str | None:
-        """Why `value` is refused ("out of range: <fix>"), or None when it is in the range."""
+        """Why `value` is refused, or None."""
         if isinstance(value, bool) or not isinstance(value, int | float) or (self.whole and not isinstance(value, int)):
             return f"not a {'whole number' if self.whole else 'number'}: {self.fix}"
         if not math.isfinite(value):
@@ -36,13 +34,13 @@ class Range:
         below = value < self.high if self.high_open else value <= self.high
         return None if above and below else f"out of range: {self.fix}"
 
-    def parse(self, text: str) -> int | float:
-        """`text` as a number in the range; a `ValueError` naming the text and the fix otherwise."""
+    def parse(self, text: str, check_range: bool = True) -> int | float:
+        """`text` as a number (in the range, unless not `check_range`), else a `ValueError` naming the fix."""
         try:
             value = int(text) if self.whole else float(text)
         except ValueError:
             raise SettingsError(f"{text!r} is not a {'whole number' if self.whole else 'number'}: {self.fix}") from None
-        problem = self.problem(value)
+        problem = self.problem(value) if check_range else None
         if problem:
             raise SettingsError(f"{text} is {problem}")
         return value

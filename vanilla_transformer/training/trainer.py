@@ -30,14 +30,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with token-budget batches for training, the §5.3 schedule, and crash-safe checkpoints.
 
     `max_tokens` bounds the padded source+target tokens of a batch (`None`: batches of
-    `args.per_device_train_batch_size` pairs); `batch_sampler` is the `TokenBudgetBatchSampler` the caller built (else
-    built here, once); `warmup_steps` parameterizes the schedule, whose peak is `args.learning_rate`.
-    `trainer.push_to_hub(dataset=...)` after training (`hub_strategy="end"`) uploads a complete repo with the
+    `args.per_device_train_batch_size` pairs); `warmup_steps` parameterizes the schedule, whose peak is
+    `args.learning_rate`. `trainer.push_to_hub(dataset=...)` after training uploads a complete repo with the
     project's model card and without the pickled `training_args.bin`.
 
     A checkpoint is written to `tmp-checkpoint-N/`, flushed to disk, and only then renamed, so a killed run never
-    leaves a half-written `checkpoint-N` to resume from. Resuming from a checkpoint that has reached `args.max_steps`
-    trains nothing, where transformers' loop would take one step more.
+    leaves a half-written `checkpoint-N` to resume from.
     """
 
     def __init__(
@@ -84,41 +82,32 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                     f"{resume_from_checkpoint} has reached max_steps={self.args.max_steps}; nothing to train"
                 )
                 # private `Trainer._load_from_checkpoint`: the one place that restores a checkpoint's weights
-                # (safetensors, sharded, PEFT, FSDP/DeepSpeed) into the model without training; no public method
-                # loads a checkpoint apart from `train(resume_from_checkpoint=...)`, which would take the extra step
+                # (safetensors, sharded, PEFT, FSDP/DeepSpeed) without training; no public method does
                 self._load_from_checkpoint(resume_from_checkpoint)
                 self.state = state
                 losses = [entry["train_loss"] for entry in state.log_history if "train_loss" in entry]
                 return TrainOutput(state.global_step, losses[-1] if losses else math.nan, {"train_runtime": 0.0})
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
-    # Private override. Needed for: a resume that reports no missing keys. A checkpoint stores tied matrices once
-    # (`model.shared.weight`), and transformers would report their aliases as missing on every resume, although
-    # loading the one matrix restores them all. No public hook: `_load_from_checkpoint` and `_load_best_model` call
-    # this with the load result directly, and a filter on transformers' logger would hide real missing keys too.
-    # Fails loudly if transformers changes it:
-    # tests/training/test_trainer.py::test_resume_reproduces_the_uninterrupted_run.
+    # Private override: a checkpoint stores tied matrices once (`model.shared.weight`), and transformers would report
+    # their aliases as missing on every resume. No public hook: a filter on transformers' logger would hide real
+    # missing keys too. Tested by tests/training/test_trainer.py::test_resume_reproduces_the_uninterrupted_run.
     def _issue_warnings_after_load(self, load_result) -> None:
         tied = set(self.model.all_tied_weights_keys)
         untied = [key for key in load_result.missing_keys if key not in tied]
         super()._issue_warnings_after_load(load_result._replace(missing_keys=untied))
 
-    # Private override. Needed for: crash-safe checkpoints (`_save_checkpoint` below). While `_save_checkpoint` runs,
-    # transformers' code writes `checkpoint-N` inside the staging folder. No public hook: transformers' checkpoint
-    # code takes its folder from this method alone, and changing `args.output_dir` for the save would also move
-    # what callbacks, logging and `push_to_hub` see at that moment. Tested, with `_save_checkpoint`, by
-    # tests/training/test_faults_training.py::test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run (a kill
-    # inside the save leaves the half-written weights in `tmp-checkpoint-N`) and tests/training/test_trainer.py's
-    # rotation test.
+    # Private override, for crash-safe checkpoints: while `_save_checkpoint` runs, transformers writes `checkpoint-N`
+    # inside the staging folder. No public hook: changing `args.output_dir` for the save would also move what
+    # callbacks, logging and `push_to_hub` see. Tested by tests/training/test_faults_training.py (a kill inside the
+    # save) and tests/training/test_trainer.py's rotation test.
     def _get_output_dir(self, trial) -> str:
         return self._staging_dir if self._staging_dir is not None else super()._get_output_dir(trial)
 
-    # Private override. Needed for: crash-safe checkpoints (write to `tmp-checkpoint-N`, fsync, rename) and rotation
-    # by step. No public hook: `save_model` writes only the weights (optimizer, scheduler, RNG and trainer state are
-    # saved here), and the `on_save` callback runs after the checkpoint is already written in its final place.
+    # Private override, for crash-safe checkpoints (write `tmp-checkpoint-N/checkpoint-N`, fsync, rename to
+    # `checkpoint-N`) and rotation by step. No public hook: `save_model` writes only the weights, and `on_save` runs
+    # after the checkpoint is written in its final place.
     def _save_checkpoint(self, model, trial) -> None:
-        """transformers' checkpoint (weights, optimizer, scheduler, RNG states, trainer state), written into
-        `tmp-checkpoint-N/checkpoint-N` and renamed to `checkpoint-N` once complete and on disk."""
         run_dir = Path(self._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging, destination = run_dir / f"{STAGING_PREFIX}{name}", run_dir / name
@@ -146,10 +135,9 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         os.replace(complete, destination)
         fsync_directory(run_dir)
         shutil.rmtree(staging)
-        # transformers rotated the staging folder (a no-op); rotate the run's checkpoints by step, the order resume
-        # and averaging use. By modification time (transformers' choice), a checkpoint half deleted by a rotation
-        # that a kill interrupted counts as newer than the checkpoints saved before the kill, and is kept in their
-        # place for the final average.
+        # transformers rotated the staging folder (a no-op); rotate by step, the order resume and averaging use. By
+        # modification time (transformers' choice), a checkpoint half deleted by a killed rotation would count as
+        # newer than those saved before the kill, and be kept in their place for the final average.
         rotate_checkpoints(
             output_dir=str(run_dir),
             save_total_limit=self.args.save_total_limit,
@@ -168,9 +156,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if self.max_tokens is None:
             return super().get_train_dataloader()
         # private `Trainer._remove_unused_columns`: drops the columns `forward` does not take, as the Trainer's own
-        # loaders do; no public method does it, and the Trainer's `_get_dataloader`, which calls it, passes a
-        # `batch_sampler` only for its own `BatchRebalanceSampler`, not the token-budget batches this loader needs;
-        # every token-budget test in tests/training/test_trainer.py runs through it
+        # loaders do; no public method does, and `_get_dataloader` takes no `batch_sampler` of ours
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
         loader = DataLoader(
             dataset,
@@ -201,15 +187,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         with torch.random.fork_rng(devices=devices):
             return super().evaluation_loop(*args, **kwargs)
 
-    # Private override. Needed for: a saved model folder (and so the Hub repo) without the pickled
-    # `training_args.bin`. No public hook: `save_model` reaches `_save` by several paths (plain, FSDP, DeepSpeed,
-    # SageMaker) and pushes to the Hub itself before returning, so removing the pickle after `save_model` is too late.
-    # Tested by tests/release/test_hub.py::test_trainer_push_to_hub_uploads_a_complete_repo (no `training_args.bin`
-    # pushed).
+    # Private override: a saved model folder is for sharing, so keep the pickled TrainingArguments, which runs code
+    # when loaded, out of it (checkpoints, for resuming, keep theirs). No public hook: `save_model` reaches `_save` by
+    # several paths and pushes to the Hub itself before returning. Tested by tests/release/test_hub.py.
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict=state_dict)
-        # A saved model folder is for sharing (push_to_hub uploads the output folder): keep the pickled
-        # TrainingArguments, which runs code when loaded, out of it; checkpoints, which are for resuming, keep theirs.
         folder = Path(output_dir or self.args.output_dir)
         if not folder.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-"):
             (folder / TRAINING_ARGS_NAME).unlink(missing_ok=True)
@@ -218,19 +200,15 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self,
         language: str | list[str] | None = None,
         license: str | None = None,  # noqa: A002  (the name Trainer.push_to_hub passes)
-        tags: str | list[str] | None = None,
         model_name: str | None = None,
-        finetuned_from: str | None = None,
-        tasks: str | list[str] | None = None,
         dataset_tags: str | list[str] | None = None,
         dataset: str | list[str] | None = None,
-        dataset_args: str | list[str] | None = None,
+        **unused,  # the rest of transformers' arguments: tags, finetuned_from, tasks, dataset_args
     ) -> None:
         """Write the project's card (`templates/model_card.md`, `model-index` from the last evaluation) instead of
         transformers' draft; `dataset` names the training data, `language` the (source, target) pair."""
         if not self.is_world_process_zero():
             return
-
         names = dataset if dataset is not None else dataset_tags
         if not names:
             raise SettingsError(
@@ -241,7 +219,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if len(languages) != 2:
             raise SettingsError(f"language={language!r}: give the (source, target) pair, e.g. ['en', 'de'].")
         model = self.accelerator.unwrap_model(self.model)
-        card = card_from_training_log(
+        card_from_training_log(
             model_name or Path(self.args.output_dir).name,
             self.state.log_history,
             model.config.to_dict(),
@@ -253,14 +231,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             languages=(languages[0], languages[1]),
             repo_id=self.hub_model_id,
             license=license or "apache-2.0",
-        )
-        card.save(Path(self.args.output_dir) / "README.md")
+        ).save(Path(self.args.output_dir) / "README.md")
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
             self.lr_scheduler = paper_schedule(optimizer or self.optimizer, self.warmup_steps)
-            # private `Trainer._created_lr_scheduler`, set as the Trainer's own `create_scheduler` sets it: `train()`
-            # then drops this scheduler and builds a fresh one on a second call, as it does for its own; there is no
-            # public flag for it
+            # private, set as the Trainer's own `create_scheduler` sets it: a second `train()` then builds a fresh
+            # scheduler, as it does for its own; there is no public flag for it
             self._created_lr_scheduler = True
         return self.lr_scheduler
