@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from accelerate import PartialState
 from datasets import Dataset
-from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
+from transformers import PreTrainedTokenizerBase
 
 from ..data.batching import (
     Seq2SeqCollator,
@@ -32,10 +32,10 @@ from ..inference.scoring import compute_metrics_for_trainer
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .checkpoints import average_checkpoints
 from .fsdp import check_trainer_fsdp, shard_tied_embeddings, warn_if_fsdp_dropped
-from .optimization import ADAM_BETAS, ADAM_EPSILON, label_smoothed_loss, peak_learning_rate
+from .optimization import label_smoothed_loss
 from .run_folder import RunFolder
 from .settings import TrainingSettings, flag, raise_problems
-from .trainer import VanillaTransformerTrainer
+from .trainer import VanillaTransformerTrainer, paper_training_arguments
 
 
 @dataclass
@@ -197,7 +197,7 @@ def train(settings: TrainingSettings, folder: RunFolder | None = None) -> Traini
         model, tokenizer = prepared.model, prepared.data.tokenizer
         trainer = VanillaTransformerTrainer(
             model=model,
-            args=trainer_arguments(settings, prepared),
+            args=paper_training_arguments(settings, prepared.accumulation, model.config.d_model),
             train_dataset=prepared.data.train_set,  # the length columns feed the sampler; the loaders drop them
             eval_dataset=prepared.data.valid_set,
             data_collator=Seq2SeqCollator(tokenizer, model=model, label_pad_token_id=-100),
@@ -228,43 +228,3 @@ def train(settings: TrainingSettings, folder: RunFolder | None = None) -> Traini
             print(f"averaged {[p.name for p in averaged]} into {final}")
         trainer.accelerator.wait_for_everyone()
         return TrainingRun(output, final, trainer.state.log_history, result.metrics.get("train_runtime", 0.0))
-
-
-def trainer_arguments(settings: TrainingSettings, prepared: PreparedRun) -> Seq2SeqTrainingArguments:
-    """The `Seq2SeqTrainingArguments` of the paper's recipe (§5.3 Adam, no weight decay, no clipping unless asked)."""
-    preset = settings.preset
-    return Seq2SeqTrainingArguments(
-        output_dir=str(settings.output_dir),
-        report_to=[settings.report_to] if settings.report_to != "none" else [],
-        max_steps=preset.max_steps,
-        per_device_eval_batch_size=settings.eval_batch_size,
-        gradient_accumulation_steps=prepared.accumulation,
-        learning_rate=peak_learning_rate(prepared.model.config.d_model, preset.warmup_steps, preset.lr_factor),
-        # with weight_decay=0, AdamW is the paper's Adam; the fused kernel (transformers' own default on
-        # torch >= 2.8) takes a base model's Adam step from 120 to 26 ms on 2 CPU threads (docs/speed.md)
-        optim="adamw_torch_fused",
-        adam_beta1=ADAM_BETAS[0],
-        adam_beta2=ADAM_BETAS[1],
-        adam_epsilon=ADAM_EPSILON,
-        weight_decay=0.0,
-        max_grad_norm=settings.max_grad_norm,  # 0: the paper clips nothing
-        # label_smoothed_loss divides by the target tokens of all processes (the Trainer gathers them and scales the
-        # loss by the process count, which DDP's gradient averaging cancels)
-        average_tokens_across_devices=True,
-        # the Trainer's default; token batches ignore it
-        per_device_train_batch_size=settings.per_device_batch_size or 8,
-        bf16=settings.precision == "bf16",
-        fp16=settings.precision == "fp16",
-        logging_steps=settings.log_steps,
-        eval_strategy="steps",
-        eval_steps=preset.eval_steps,
-        save_strategy="steps",
-        save_steps=preset.save_steps,
-        save_total_limit=max(preset.average_last, 1),
-        predict_with_generate=True,
-        generation_num_beams=settings.eval_beams,
-        generation_max_length=preset.max_length + 50,
-        seed=settings.seed,
-        disable_tqdm=not settings.progress,
-        use_cpu=not torch.cuda.is_available(),
-    )
