@@ -34,6 +34,6 @@ def run(args: argparse.Namespace) -> None:
         # a checkpoint that went while it was read: the run keeps only its newest --average-last
         raise ModelFolderError(
             f"{error}. A run is training in {args.run_dir} now and deletes its oldest checkpoint as it saves a new "
-            f"one: average again (the newest checkpoints are kept), or once the run has ended."
+            f"one: average again, or once the run has ended."
         ) from error
     print(f"averaged {', '.join(p.name for p in averaged)} into {args.output_dir}")

@@ -92,7 +92,7 @@ def run_demo(output_dir: str, max_steps: int | None = None, release: str | Path 
     else:
         print(
             f"skipped translating real sentences with the released Multi30k model: {release} has no "
-            f"model.safetensors (the release folder ships with the source checkout, not with the installed package)"
+            f"model.safetensors (it ships with the source checkout, not the package)"
         )
     print(f"done in {time.perf_counter() - start:.0f}s")
     return scores

@@ -1,6 +1,5 @@
 """Export a saved model folder to CTranslate2 (fast CPU/GPU inference, int8 weights) for `translate --engine`.
 
-Built on ctranslate2's own converter machinery (`inference/ctranslate2_engine.py` says what maps to what).
 Needs the optional package ctranslate2 (the extra: pip install ".[ctranslate2]" in a checkout).
 
     vanilla-transformer export-ctranslate2 MODEL_DIR OUTPUT_DIR [--quantization int8] [--max-positions 1024]

@@ -1,20 +1,16 @@
 """Translate a file or stdin, line by line, with the paper's decoding (§6.1).
 
-The input is raw text, one sentence per line (the model's tokenizer does the rest); the decoding is the model's
-generation config (the paper's) unless told otherwise.
-
-`--engine ctranslate2` decodes with a CTranslate2 export of the model (`vanilla-transformer export-ctranslate2`):
-the same tokenizer, beam size, maximum length and GNMT length penalty (applied to its n-best list).
+The input is raw text, one sentence per line; the decoding is the model's generation config unless told otherwise.
+`--engine ctranslate2` decodes the same way with a CTranslate2 export (`vanilla-transformer export-ctranslate2`).
 
 Line N of the output translates line N of the input: empty lines stay empty, lines end at "\\n" only (CRLF input is
 read as LF), and a line break inside a translation becomes a space. With `--num-return-sequences N` (N > 1) each
 input line gives N output lines in Moses' n-best format, `LINE ||| TRANSLATION ||| SCORE` (LINE 0-based, SCORE the
 beam's log-probability over the GNMT length penalty, best first); an empty input line gives one, `LINE |||  ||| 0.0000`.
 
-The input is read and translated `--chunk-lines` lines at a time, so memory stays bounded on any size of file, and
-each chunk is written as it finishes, in order, with a progress bar on stderr. `--output FILE` is written as
-FILE.partial and renamed to FILE at the end (an existing FILE stays whole until then); a run killed midway leaves
-FILE.partial with its finished chunks, and the same command started again continues after them.
+The input is translated `--chunk-lines` lines at a time, in bounded memory, each chunk written as it finishes.
+`--output FILE` is written as FILE.partial and renamed to FILE at the end (an existing FILE stays whole until then);
+a run killed midway leaves FILE.partial, and the same command started again continues after its finished chunks.
 """
 
 import argparse
@@ -42,7 +38,6 @@ logger = logging.getLogger("translate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model, the files and the decoding."""
     parser.add_argument(
         "--model", required=True, type=model_source, help="a saved model folder or a Hub id (with its tokenizer)"
     )
@@ -92,8 +87,7 @@ def _stdin_file() -> str | None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Translate the lines chunk by chunk and write each chunk as it finishes; timing, progress and warnings go to
-    stderr, so stdout holds translations only."""
+    """Timing, progress and warnings go to stderr: stdout holds translations only."""
     from tqdm.auto import tqdm
 
     from ..data.text import count_lines, iter_lines

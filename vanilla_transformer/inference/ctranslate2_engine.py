@@ -1,13 +1,8 @@
 """The CTranslate2 engine (the optional extra `ctranslate2`): export a saved model folder, translate with the export.
 
-The export fills CTranslate2's `TransformerSpec` (§3, layer by layer) with ctranslate2's own `Converter`, as its
-Marian and fairseq converters do; what the spec cannot express is refused by name. CTranslate2's built-in sinusoid
-matches neither of our layouts (§3.5), so every export carries a table of `max_positions` rows; longer sentences or
-translations cannot be decoded by the export.
-
-Decoding (§6.1): the folder's beam size, at most input + 50 tokens, and the GNMT length penalty ((5 + |Y|) / 6)^α
-applied by rescoring the n-best list, since CTranslate2's own divides by |Y|^α. Unlike our beam search, CTranslate2
-stops a sentence once `num_beams` hypotheses have finished, not when no running hypothesis can still win.
+CTranslate2's built-in sinusoid matches neither of our layouts (§3.5), so every export carries a table of
+`max_positions` rows. Its length penalty divides by |Y|^α, so the GNMT one (§6.1) rescores the n-best list; unlike
+our beam search, it stops a sentence once `num_beams` hypotheses have finished.
 """
 
 import json
@@ -47,8 +42,8 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, size: int, side: str) -> list
     count = len(tokenizer)
     if count > size:
         raise ExportError(
-            f"the tokenizer has {count} tokens but the model's {side} vocabulary has {size} rows: ids >= {size} "
-            f"could not be embedded; export the folder with the tokenizer the model was trained with."
+            f"the tokenizer has {count} tokens but the model's {side} vocabulary has {size} rows: export the folder "
+            f"with the tokenizer the model was trained with."
         )
     tokens = tokenizer.convert_ids_to_tokens(list(range(count)))
     if any(not token for token in tokens):
@@ -87,8 +82,8 @@ def model_spec(model: PreTrainedModel, source_vocabulary: list[str], target_voca
         if config.d_model % heads or config.head_dims(heads) != (config.d_model // heads,) * 2:
             raise ExportError(
                 f"d_k={config.head_dims(heads)[0]} and d_v={config.head_dims(heads)[1]} (qk_head_dim, v_head_dim) with "
-                f"{heads} heads are not d_model / heads = {config.d_model / heads:g}, and CTranslate2's attention "
-                f"splits d_model evenly among the heads: this model cannot be exported; translate it with PyTorch."
+                f"{heads} heads are not d_model / heads = {config.d_model / heads:g}, as CTranslate2 needs: translate "
+                f"it with PyTorch."
             )
     # pre-LN: each stack ends in a LayerNorm, as ours; post-LN (the paper): none
     stack_options = {"pre_norm": config.normalize_before, "activation": activations[config.activation_function]}
@@ -162,9 +157,9 @@ def export_ctranslate2(
     max_positions: int | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Export the model folder `model_dir` to a CTranslate2 model in `output_dir` (staged, then replacing it whole),
-    with the tokenizer under `tokenizer/`, its decoding and origin in `export_info.json`, and a README. An
-    `output_dir` that is, holds or lies inside `model_dir` is refused before any work, `overwrite` or not."""
+    """Export `model_dir` to a CTranslate2 model in `output_dir` (staged, then replacing it whole), with the tokenizer
+    under `tokenizer/`, its decoding and origin in `export_info.json`, and a README. An `output_dir` that is, holds or
+    lies inside `model_dir` is refused before any work, `overwrite` or not."""
     local = Path(model_dir).expanduser()
     check_not_an_input(output_dir, [("MODEL_DIR", local if local.is_dir() else None)], flag="OUTPUT_DIR")
     check_output_folder(output_dir, "ctranslate2", overwrite, flag="OUTPUT_DIR")
@@ -234,9 +229,8 @@ def load_ctranslate2(folder: str | Path, device: str = "cpu", threads: int = 0):
     info_path = folder / EXPORT_INFO
     if not info_path.is_file() or not (folder / "model.bin").is_file():
         raise ModelFolderError(
-            f"{folder} is not a CTranslate2 export of ours (it has no {EXPORT_INFO} or model.bin): export the model "
-            f"folder first, `vanilla-transformer export-ctranslate2 {folder} {folder.name}-ctranslate2`, and pass "
-            f"the export's folder."
+            f"{folder} is not a CTranslate2 export of ours (no {EXPORT_INFO} or model.bin): make one with "
+            f"`vanilla-transformer export-ctranslate2 {folder} {folder.name}-ctranslate2`."
         )
     if not (folder / TOKENIZER_FOLDER / "tokenizer.json").is_file():
         raise ModelFolderError(

@@ -57,10 +57,9 @@ def evaluate_model_on_split(
     corpus_file: str | Path | None = None,
 ) -> dict:
     """Translate `{data_dir}/{split}.{source_lang}` (or the `split` of the Anki/Tatoeba TSV `corpus_file`) with a
-    saved model (a folder or a Hub id; `load_translator`'s `engine` and `dtype`) and score it against
-    `{split}.{target_lang}` and, when it exists, `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is
-    the paper's (§6.1); α is the model's unless `length_penalty` is given; a model whose tokenizer lowercases is scored
-    case-insensitively. `data_dir=None` is Multi30k (`multi30k_dir()`).
+    saved model and score it against `{split}.{target_lang}` and, when it exists,
+    `{data_dir}/tok/{split}.lc.norm.tok.{target_lang}`. `num_beams=4` is the paper's (§6.1); α is the model's unless
+    `length_penalty` is given; a model whose tokenizer lowercases is scored case-insensitively.
 
     `output_hypotheses` that is, holds or lies inside an input is refused before the model loads, and is replaced
     only once every translation is written.
@@ -95,9 +94,8 @@ def evaluate_model_on_split(
     recorded = recorded_languages(model_name_or_path)  # after loading: a Hub model's files are in the cache then
     if recorded and recorded[:2] != (source_lang, target_lang):
         raise SettingsError(
-            f"{model_name_or_path} translates {recorded[0]}→{recorded[1]} ({recorded[2]} records it), but the split "
-            f"would be scored as {source_lang}→{target_lang}, which it was never trained for: give --source-lang "
-            f"{recorded[0]} --target-lang {recorded[1]}."
+            f"{model_name_or_path} translates {recorded[0]}→{recorded[1]} ({recorded[2]} records it), not "
+            f"{source_lang}→{target_lang}: give --source-lang {recorded[0]} --target-lang {recorded[1]}."
         )
     if length_penalty is None:
         length_penalty = translator.length_penalty

@@ -71,18 +71,14 @@ def _readable(tokens: list[str]) -> list[str]:
 def plot_attention(maps: dict, kind: str, layers: list[int], heads: list[int], path: str | Path) -> Path:
     """A grid of heat maps (rows: layers, columns: heads) of `kind` = "encoder" or "cross" attention."""
     if kind not in ("encoder", "cross"):
-        raise VanillaTransformerError(
-            f"kind={kind!r}: choose 'encoder' (self-attention) or 'cross' (encoder-decoder attention)."
-        )
+        raise VanillaTransformerError(f"kind={kind!r} is unknown; use 'encoder' or 'cross'.")
     stack = maps[kind]
     for layer in layers:
         if not 0 <= layer < len(stack):
             raise VanillaTransformerError(f"layer {layer} does not exist; the model has layers 0..{len(stack) - 1}.")
     for head in heads:
-        if not 0 <= head < stack[0].shape[0]:
-            raise VanillaTransformerError(
-                f"head {head} does not exist; the model has heads 0..{stack[0].shape[0] - 1}."
-            )
+        if not 0 <= head < len(stack[0]):
+            raise VanillaTransformerError(f"head {head} does not exist; the model has heads 0..{len(stack[0]) - 1}.")
     rows = _readable(maps["source_tokens"] if kind == "encoder" else maps["target_tokens"])
     columns = _readable(maps["source_tokens"])
     figure = Figure(figsize=(0.35 * len(columns) * len(heads) + 2, 0.35 * len(rows) * len(layers) + 1))

@@ -1,12 +1,8 @@
-"""Scoring translations the two ways the project reports them (the README's Results), with sacreBLEU's `BLEU` and
-`CHRF`, returned with the keys of the Hub's `evaluate-metric/sacrebleu` and `evaluate-metric/chrf` and the signature.
-
-1. **sacreBLEU and chrF** (Post 2018; Popović 2015) of detokenized, cased output against the raw references, with
-   the tokenizer sacreBLEU's command line picks for the target language; comparable across papers that print the
-   same signature.
-2. **Tokenized BLEU** against the official lowercased, Moses-tokenized Multi30k references (`tok/`): the hypotheses
-   get the same preprocessing (`moses_tokenize`) and are scored on whitespace tokens without smoothing, as
-   `multi-bleu.perl` does. The number of the Multi30k literature; not comparable with sacreBLEU.
+"""Scoring translations the two ways the README's Results report, with the keys of the Hub's `evaluate-metric`:
+1. sacreBLEU and chrF of detokenized, cased output against the raw references, comparable across papers that print
+   the same signature;
+2. tokenized BLEU against the official lowercased, Moses-tokenized Multi30k references (`tok/`), the hypotheses
+   preprocessed alike, as `multi-bleu.perl` scores: the Multi30k literature's number, not comparable with sacreBLEU.
 """
 
 from collections.abc import Callable
@@ -20,8 +16,7 @@ from transformers import EvalPrediction, PreTrainedTokenizerBase
 from ..data.text import read_lines
 from ..errors import DataError
 
-# Labels and, when the Trainer pads predictions of different lengths to one array, predictions hold this value
-# where there is no token (transformers' `Seq2SeqTrainer`, `DataCollatorForSeq2Seq(label_pad_token_id=-100)`).
+# where labels, and predictions the Trainer pads to one array, hold no token (`DataCollatorForSeq2Seq`'s default)
 IGNORED_LABEL_ID = -100
 
 
@@ -63,8 +58,7 @@ def _check_line_counts(hypotheses: list[str], **references: list[str] | None) ->
     for name, lines in references.items():
         if lines is not None and len(lines) != len(hypotheses):
             raise DataError(
-                f"{len(hypotheses)} hypotheses but {len(lines)} {name.replace('_', ' ')}; "
-                f"scoring needs exactly one hypothesis per reference line."
+                f"{len(hypotheses)} hypotheses but {len(lines)} {name.replace('_', ' ')}: give one per reference line."
             )
 
 
@@ -93,9 +87,8 @@ def score_translations(
     lowercase: bool = False,
     bleu_tokenize: str | None = None,
 ) -> dict:
-    """Score detokenized `hypotheses` in language `lang` against one reference each, both ways of the module
-    docstring: `{"num_sentences", "bleu", "chrf"}` and, given `tokenized_references`, `"tokenized_bleu"`.
-    `lowercase=True` makes sacreBLEU and chrF case-insensitive, for a model that writes lowercase."""
+    """`{"num_sentences", "bleu", "chrf"}` of detokenized `hypotheses` in `lang` against one reference each and, given
+    `tokenized_references`, `"tokenized_bleu"` (the module docstring's two ways)."""
     _check_line_counts(hypotheses, references=references, tokenized_references=tokenized_references)
     scores = {
         "num_sentences": len(hypotheses),

@@ -1,6 +1,5 @@
-"""Translating text with a trained model (paper §6.1): `translate` batches sentences by length and calls
-`model.generate`, whose defaults are the paper's decoding; `load_translator` puts our PyTorch model or its
-CTranslate2 export (`ctranslate2_engine`) behind one call for the commands.
+"""Translating text with a trained model (§6.1): `translate` batches sentences by length for `model.generate`, whose
+defaults are the paper's decoding; `load_translator` puts our PyTorch model or its CTranslate2 export behind one call.
 """
 
 import math
@@ -51,8 +50,7 @@ def translate_nbest(
     Sentences are sorted by length, longest first (a batch too large for memory fails at once), and padded on the
     right, as the encoder's positions start at the first token. An empty line translates to "" without reaching the
     model (which would make up text); text that spells a special token is tokenized as text. Nothing is truncated.
-    Non-finite scores (NaN or Inf weights, a float16 overflow) raise instead of returning garbage: beam search's
-    `sequences_scores`, else every step's logits for NaN or +Inf (-Inf is how logits processors forbid a token).
+    Non-finite scores (NaN or Inf weights, a float16 overflow) raise instead of returning garbage.
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string; wrap it: translate(model, tok, [text]).")
@@ -77,8 +75,7 @@ def translate_nbest(
         if too_long:
             raise VanillaTransformerError(
                 f"sentence {too_long[0]} (0-based) has {len(token_ids[too_long[0]])} tokens but this model's learned "
-                f"positions end at max_position_embeddings={limit} ({len(too_long)} sentence(s) too long); split long "
-                f"sentences, or use a model with position_encoding='sinusoidal', which extends to any length."
+                f"positions end at max_position_embeddings={limit} ({len(too_long)} sentence(s) too long): split them."
             )
     todo.sort(key=lambda index: len(token_ids[index]), reverse=True)
 
@@ -91,8 +88,8 @@ def translate_nbest(
         )
     if num_return_sequences > num_beams:
         raise VanillaTransformerError(
-            f"num_return_sequences={num_return_sequences} (--num-return-sequences) needs a beam of at least as many: "
-            f"the decoding has {num_beams}; give --num-beams {num_return_sequences} or more."
+            f"num_return_sequences={num_return_sequences} (--num-return-sequences) needs as many beams, not "
+            f"{num_beams}: give --num-beams {num_return_sequences} or more."
         )
     beam_search = num_beams > 1
     generate_kwargs = dict(generate_kwargs)
@@ -140,8 +137,8 @@ def translate_nbest(
 
 
 class _NonFiniteLogits(LogitsProcessor):
-    """Notes whether any step's scores held NaN or +Inf: it keeps the running maximum (NaN wins every comparison), one
-    reduction per step and no device-to-host copy until `found` reads it, once, after `generate`."""
+    """Notes whether any step's scores held NaN or +Inf (-Inf is how logits processors forbid a token): a running
+    maximum (NaN wins every comparison), with no device-to-host copy until `found` reads it after `generate`."""
 
     def __init__(self) -> None:
         self.top: torch.Tensor | None = None
@@ -160,10 +157,9 @@ def _raise_non_finite(model: PreTrainedModel, batch: list[str]) -> None:
     half = model.dtype in (torch.float16, torch.bfloat16)
     overflow = f" or overflow in {model.dtype} (run it in float32)" if half else ""
     raise VanillaTransformerError(
-        f"{source} produced non-finite scores (NaN or Inf) while translating a batch of {len(batch)} sentence(s), "
-        f"starting with {batch[0][:80]!r}: its weights hold NaN, Inf or huge values{overflow}, and every "
-        f"translation would be empty or garbage. Re-download or restore the model folder, or re-train it; loading it "
-        f"with vanilla_transformer.files.loading.load_model_and_tokenizer names the tensor at fault."
+        f"{source} produced non-finite scores (NaN or Inf) on the batch starting with {batch[0][:80]!r}: its weights "
+        f"hold NaN, Inf or huge values{overflow}; restore the model folder or re-train it (load_model_and_tokenizer "
+        f"names the tensor at fault)."
     )
 
 
@@ -186,10 +182,8 @@ class Translator(NamedTuple):
 def load_translator(
     source: str, engine: str = "pytorch", device: str | None = None, dtype: str | None = None
 ) -> Translator:
-    """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id (`load_model_and_tokenizer`)
-    with its weights in `dtype` (default: as saved; bf16 uses the matrix units of recent CPUs and GPUs), or
-    "ctranslate2", an `export-ctranslate2` folder, whose weight type was chosen when exporting. `device` defaults to
-    cuda where there is one."""
+    """Load `source` for translation by `engine`: "pytorch", a model folder or Hub id with its weights in `dtype`
+    (default: as saved), or "ctranslate2", an `export-ctranslate2` folder, whose weights were typed when exporting."""
     if engine not in ENGINES:
         raise VanillaTransformerError(f"engine={engine!r} is unknown; use one of {', '.join(ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:
@@ -210,7 +204,6 @@ def load_translator(
 
     from ..files.loading import load_model_and_tokenizer
 
-    # checks the folder first (config, safetensors only, checksums, tokenizer size): errors name the file
     model, tokenizer = load_model_and_tokenizer(source, device, getattr(torch, dtype) if dtype else None)
 
     def run_pytorch(sentences: list[str], batch_size: int = 64, **decoding) -> list[str]:
