@@ -16,10 +16,25 @@ from .text import read_lines
 SPLIT_PAIRS = {"test": 1000, "valid": 1000}
 SPLITS = ("train", "valid", "test")
 ATTRIBUTION = "attribution"
+# files `datasets` reads with a builder of its own: given alone, not an Anki/Tatoeba TSV file
+DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
+
+
+def check_tsv_file(path: str | Path) -> None:
+    """Refuse a corpus file that is not a TSV of pairs but one of the files `datasets` reads with a builder of its
+    own (JSON lines, CSV, Parquet, Arrow), naming the layout it loads them from."""
+    suffix = Path(path).suffix.lower()
+    if suffix in DATA_FILE_SUFFIXES:
+        raise DataError(
+            f"{path} is one {suffix} file; a file given alone is read as an Anki/Tatoeba TSV file, and `datasets` "
+            f"would read it as a train split only: put train{suffix} and valid{suffix} (and test{suffix}) in a "
+            f"folder and give the folder (`datasets` finds the splits by their names)."
+        )
 
 
 def read_anki_pairs(path: str | Path) -> list[tuple[str, str, str]]:
     """The (English, other language, attribution) triples of an Anki TSV file, skipping empty lines."""
+    check_tsv_file(path)
     triples = []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():

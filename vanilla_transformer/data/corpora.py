@@ -17,7 +17,7 @@ from datasets import Dataset, NamedSplit, get_dataset_split_names, load_dataset
 
 from ..errors import DataError
 from .anki import SPLITS as ANKI_SPLITS
-from .anki import load_anki
+from .anki import check_tsv_file, load_anki
 from .grammar import grammar_pairs
 from .multi30k import MULTI30K, MULTI30K_ENV, holds_multi30k, multi30k_dir
 from .staging import atomic_file
@@ -30,8 +30,6 @@ BUILTIN = "builtin"
 VALIDATION_NAMES = ("valid", "validation", "val", "dev")
 # bumped whenever `load_text_files`'s Arrow files change; lines read and written at a time
 TEXT_FORMAT, TEXT_BATCH_LINES = 2, 100_000
-# files `datasets` reads with a builder of its own: given alone, not an Anki/Tatoeba TSV file
-DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
 # The built-in corpus: one draw of distinct pairs, cut into fixed splits so that held-out pairs never occur in train.
 BUILTIN_SPLITS = {"train": (0, 6000), "valid": (6000, 6300), "test": (6300, 6800)}
 
@@ -123,8 +121,8 @@ def load_corpus(
     if source == MULTI30K:
         source = str(multi30k_dir(languages=(source_lang, target_lang)))
     if Path(source).is_file():  # an Anki/Tatoeba TSV file (`anki.py`), split by its own rule
-        check_tsv_file(source)
-        return load_anki(source, find_split(split, list(ANKI_SPLITS), source), source_lang, target_lang)
+        split = find_split(split, list(ANKI_SPLITS), source)
+        return load_anki(source, split, source_lang, target_lang)
     folder = Path(source)
     text_splits = sorted(path.stem for path in folder.glob(f"*.{source_lang}")) if folder.is_dir() else []
     if text_splits:
@@ -156,18 +154,6 @@ def columns_error(name: str, columns: list[str], translation_column: str, source
 
 # a TSV file named for its direction, e.g. en-zh.tsv or tatoeba.en-zh.txt: source, then target language
 DIRECTION_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3})-([a-z]{2,3})\.(?:tsv|txt)$")
-
-
-def check_tsv_file(path: str | Path) -> None:
-    """Refuse a corpus file that is not a TSV of pairs but one of the files `datasets` reads with a builder of its
-    own (JSON lines, CSV, Parquet, Arrow), naming the layout it loads them from."""
-    suffix = Path(path).suffix.lower()
-    if suffix in DATA_FILE_SUFFIXES:
-        raise DataError(
-            f"{path} is one {suffix} file; a file given alone is read as an Anki/Tatoeba TSV file, and `datasets` "
-            f"would read it as a train split only: put train{suffix} and valid{suffix} (and test{suffix}) in a "
-            f"folder and give the folder (`datasets` finds the splits by their names)."
-        )
 
 
 def corpus_languages(corpus: str, source_lang: str | None, target_lang: str | None) -> tuple[str, str]:
