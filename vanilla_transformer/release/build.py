@@ -101,8 +101,9 @@ class ReleaseData:
         if corpus == BUILTIN or not (trained_on_file or corpus == MULTI30K or holds_multi30k(corpus)):
             kind = "the built-in corpus" if corpus == BUILTIN else f"{corpus!r}"
             raise SettingsError(
-                f"the run trained on {kind}, and a release is scored on the test sets of its training data (Multi30k's, "
-                f"or a TSV file's own), which {kind} lacks. Score the run with `vanilla-transformer evaluate` instead."
+                f"the run trained on {kind}, and a release is scored on the test sets of its training data "
+                f"(Multi30k's, or a TSV file's own), which {kind} lacks. Score the run with `vanilla-transformer "
+                f"evaluate` instead."
             )
         if not trained_on_file:
             if corpus_file:
