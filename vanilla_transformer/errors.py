@@ -38,8 +38,7 @@ class CTranslate2Unavailable(VanillaTransformerError, ImportError):
 
 
 class OutputError(VanillaTransformerError):
-    """An output that would destroy an input, or a folder the command did not create; the message names both paths
-    and the fix."""
+    """An output that would destroy an input, or a folder the command did not create; the message names both paths."""
 
 
 class FolderNotReadyError(ModelFolderError):

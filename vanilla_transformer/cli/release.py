@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--last", type=positive_int, help="checkpoints to average (default: the run preset's average_last)"
     )
-    parser.add_argument("--data-dir", default=None, type=existing_dir, help=DATA_DIR_HELP)
+    parser.add_argument("--data-dir", type=existing_dir, help=DATA_DIR_HELP)
     parser.add_argument(
         "--corpus-file",
         type=existing_file,
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> None:
     averaged = average_checkpoints(run_dir, final, last, overwrite=args.overwrite, command="release")
     on_valid = adopt_best_length_penalty(final, data, args.length_penalties) if args.length_penalties else {}
     machine = args.hardware
-    if machine is None:  # this machine's GPU, else its CPU
+    if machine is None:
         import torch
 
         gpu = torch.cuda.is_available()

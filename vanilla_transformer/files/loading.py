@@ -1,9 +1,6 @@
-"""Loading a saved model folder, and every check on one (config, weights, tokenizer, checksums).
-
-Each safetensors file's SHA-256 is stored beside it (`<file>.sha256`): the format cannot see a flipped bit in tensor
-data. `load_checked_weights` is the one check of a folder's weights (loading, push and averaging call it): complete
-files, checksums and values, which transformers does not check, and its own loading report (names, shapes) in words
-that name the file and the fix. Pickled weights are named, never opened: unpickling runs arbitrary code.
+"""Loading a saved model folder, and every check on one that transformers does not make (config, weights,
+tokenizer, checksums). Each safetensors file's SHA-256 is stored beside it (`<file>.sha256`): the format cannot see a
+flipped bit in tensor data. Pickled weights are named, never opened: unpickling runs arbitrary code.
 """
 
 import json
@@ -26,10 +23,9 @@ EXPORT_INFO = "export_info.json"
 # the fields that size the network: a config.json without one would silently get the paper's base-model default
 # (decoder_vocab_size follows vocab_size; max_position_embeddings, for learned positions, is checked by the shapes)
 REQUIRED_CONFIG_FIELDS = tuple(f for f in SIZE_FIELDS if f not in ("decoder_vocab_size", "max_position_embeddings"))
-# names under which PyTorch/NumPy/joblib write pickles; loading one can run any code, so no folder is loaded from one
-# (`weight_files`) nor pushed with one (`release.folder_checks.find_pickles`)
+# names under which PyTorch/NumPy/joblib write pickles; loading one can run any code
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy", ".npz")
-# the files `tokenizer.save_pretrained` writes for this project's tokenizers (`tokenization.train_joint_bpe`)
+# the files `tokenizer.save_pretrained` writes for this project's tokenizers
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # how many names an error lists before "and N more"
 LISTED = 5
@@ -75,25 +71,21 @@ def check_config_file(path: str | Path) -> dict:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelFolderError(
-            f"{path} is not valid JSON ({error}); the file is truncated or corrupted: restore it from the folder it "
-            f"was copied from."
-        ) from None
+        raise ModelFolderError(f"{path} is not valid JSON ({error}); restore it from a good copy.") from None
     if not isinstance(config, dict):
         raise ModelFolderError(f"{path} holds a JSON {type(config).__name__}, not an object; it is not a config.json.")
     model_type, expected = config.get("model_type"), VanillaTransformerConfig.model_type
     if model_type != expected:
         found = f"model_type={model_type!r}" if model_type is not None else "no model_type"
         raise ModelFolderError(
-            f"{path} has {found} (expected {expected!r}): the folder does not hold this project's model. Pass "
-            f"a folder saved from VanillaTransformerForConditionalGeneration, or load other models with their own "
-            f"classes."
+            f"{path} has {found} (expected {expected!r}): pass a folder saved from "
+            f"VanillaTransformerForConditionalGeneration."
         )
     missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
     if missing:
         raise ModelFolderError(
-            f"{path} lacks {', '.join(missing)}: without them the model would be built with the base model's "
-            f"defaults and would not match the weights. Restore the config.json saved with the weights."
+            f"{path} lacks {', '.join(missing)}, which would default to the base model's; restore the config.json "
+            f"saved with the weights."
         )
     return config
 
@@ -116,8 +108,8 @@ def check_safetensors_file(path: str | Path) -> None:
         if expected != [actual]:
             raise ModelFolderError(
                 f"{path} does not match its checksum in {checksum_path.name} (sha256 {actual[:16]}…, expected "
-                f"{(expected or ['nothing'])[0][:16]}…): the file changed after it was written (disk or copy "
-                f"corruption); restore it from a good copy. If you replaced it on purpose, delete {checksum_path.name}."
+                f"{(expected or ['nothing'])[0][:16]}…): restore it from a good copy, or delete {checksum_path.name} "
+                f"if you replaced it on purpose."
             )
 
 
@@ -178,9 +170,9 @@ def weight_files(folder: str | Path) -> list[Path]:
     if pickles:
         raise ModelFolderError(
             f"{folder / pickles[0]} holds the weights as a pickle and {folder} has no {SAFE_WEIGHTS_NAME}; pickles "
-            f"can run arbitrary code when loaded, so this project never opens them. If you trust where the file comes "
-            f"from, convert it once in a throwaway environment: AutoModelForSeq2SeqLM.from_pretrained(folder, "
-            f"use_safetensors=False).save_pretrained(folder) writes {SAFE_WEIGHTS_NAME}."
+            f"can run code, so this project never opens them. If you trust the file, convert it once: "
+            f"AutoModelForSeq2SeqLM.from_pretrained(folder, use_safetensors=False).save_pretrained(folder) writes "
+            f"{SAFE_WEIGHTS_NAME}."
         )
     raise ModelFolderError(
         f"{folder} has no {SAFE_WEIGHTS_NAME}; a model folder needs the weights that save_pretrained writes."
@@ -192,18 +184,16 @@ def check_model_folder(folder: str | Path) -> PreTrainedModel:
     folder = Path(folder)
     if not folder.exists():
         raise ModelFolderError(
-            f"{folder} does not exist; pass a model folder written by save_pretrained (a run's final/ or "
-            f"checkpoint-N/), or a Hub id (owner/name)."
+            f"{folder} does not exist; pass a model folder (a run's final/ or checkpoint-N/), or a Hub id (owner/name)."
         )
     if not folder.is_dir():
         raise ModelFolderError(
-            f"{folder} is a file, expected a model folder (config.json, model.safetensors and the tokenizer files "
-            f"that save_pretrained writes); pass the folder that holds them, e.g. {folder.parent}."
+            f"{folder} is a file, expected a model folder (the one that holds it, e.g. {folder.parent})."
         )
     if (folder / EXPORT_INFO).is_file():
         raise ModelFolderError(
-            f"{folder} is a CTranslate2 export (it holds {EXPORT_INFO}), which only the ctranslate2 engine loads: "
-            f"pass --engine ctranslate2 to translate or evaluate, or give the model folder it was exported from."
+            f"{folder} is a CTranslate2 export (it holds {EXPORT_INFO}): pass --engine ctranslate2, or the model "
+            f"folder it was exported from."
         )
     model, problems = load_checked_weights(folder, check_config_file(folder / "config.json"))
     if problems:
@@ -223,22 +213,20 @@ def _names_and_shapes_problems(folder: Path, files: list[Path], model_class: str
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
             where |= dict.fromkeys(handle.keys(), path.name)
-    fix = "restore the folder from a good copy (or the checkpoint it was made from), or re-save the model"
+    fix = "restore the folder from a good copy, or re-save the model"
     problems = []
     unexpected = sorted(info["unexpected_keys"])
     if unexpected:
         problems.append(
             f"{folder} holds {len(unexpected)} tensor(s) that {model_class} with its config.json lacks "
-            f"({_listed(unexpected)}) in {', '.join(sorted({where.get(n, '?') for n in unexpected}))}: the weights "
-            f"belong to another model or another configuration, and transformers would silently drop them. Pass the "
-            f"config.json saved with these weights, or {fix}."
+            f"({_listed(unexpected)}) in {', '.join(sorted({where.get(n, '?') for n in unexpected}))}: transformers "
+            f"would silently drop them; pass the config.json saved with these weights, or {fix}."
         )
     missing = sorted(info["missing_keys"])
     if missing:
         problems.append(
             f"{folder} lacks {len(missing)} tensor(s) of the model ({_listed(missing)}) in "
-            f"{', '.join(path.name for path in files)}: transformers would initialise them at random and the model "
-            f"would translate differently. The file was cut or edited; {fix}."
+            f"{', '.join(path.name for path in files)}: transformers would initialise them at random; {fix}."
         )
     wrong = [
         f"{name} is {list(stored)} in {where.get(name, '?')}, expected {list(expected)}"
@@ -246,8 +234,8 @@ def _names_and_shapes_problems(folder: Path, files: list[Path], model_class: str
     ]
     if wrong:
         problems.append(
-            f"{folder} holds {len(wrong)} tensor(s) whose shape does not match its config.json: {_listed(wrong)}. "
-            f"The weights come from a model of another size; pass the config.json saved with them, or {fix}."
+            f"{folder} holds {len(wrong)} tensor(s) whose shape does not match its config.json: {_listed(wrong)}; "
+            f"pass the config.json saved with them, or {fix}."
         )
     return problems
 
@@ -265,10 +253,8 @@ def _value_problems(files: list[Path]) -> list[str]:
         return []
     where = ", ".join(str(path) for path in sorted({path for path, _ in bad}))
     return [
-        f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}. NaN and Inf "
-        f"come from a run that diverged (or overflowed in float16), huge values from a corrupted file (a flipped "
-        f"exponent bit); the model would translate to empty or garbage lines. Restore the folder from a good copy, use "
-        f"a checkpoint saved before the loss became NaN, or train again with a lower learning rate or more warmup."
+        f"{where} holds impossible weights in {len(bad)} tensor(s): {_listed([text for _, text in bad])}; restore "
+        f"the folder from a good copy, or use a checkpoint saved before the loss became NaN."
     ]
 
 
@@ -310,9 +296,8 @@ def check_tokenizer_fits_model(tokenizer: PreTrainedTokenizerBase, config: PreTr
     if size > config.vocab_size:
         raise ModelFolderError(
             f"The tokenizer of {source} (tokenizer.json) has {size} tokens but the model's config.json has "
-            f"vocab_size={config.vocab_size}: ids from {config.vocab_size} up would index past the embedding matrix. "
-            f"Use the tokenizer saved with this model, or resize the model (model.resize_token_embeddings({size})) "
-            f"and train it further."
+            f"vocab_size={config.vocab_size}; use the tokenizer saved with this model, or resize the model "
+            f"(model.resize_token_embeddings({size})) and train it further."
         )
     for name in ("pad_token_id", "eos_token_id"):
         tokenizer_id, model_ids = getattr(tokenizer, name), getattr(config, name, None)
@@ -330,9 +315,8 @@ def check_tokenizer_files(folder: str | Path) -> None:
     missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
     if missing:
         raise ModelFolderError(
-            f"{folder} lacks {' and '.join(missing)}: a model folder needs the tokenizer saved with the model, whose "
-            f"ids the weights were trained on. Copy {' and '.join(missing)} from the training run's tokenizer/ folder "
-            f"(or the checkpoint the weights came from) into {folder}, or call tokenizer.save_pretrained on it."
+            f"{folder} lacks {' and '.join(missing)}: a model folder needs the tokenizer saved with the model; copy "
+            f"{' and '.join(missing)} from the training run's tokenizer/ folder into {folder}."
         )
 
 
@@ -344,9 +328,8 @@ def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerBase, config: Pr
         raise ModelFolderError(
             f"The tokenizer of {source} (tokenizer.json) is not the one the model was trained with: its "
             f"fingerprint is {actual[:16]}… but {source}/config.json records tokenizer_fingerprint="
-            f"{recorded[:16]}…, so the ids would stand for other tokens and the output would be garbage. Copy "
-            f"tokenizer.json and tokenizer_config.json from the training run's tokenizer/ folder (or the "
-            f"checkpoint the weights came from) into {source}."
+            f"{recorded[:16]}…. Copy tokenizer.json and tokenizer_config.json from the training run's tokenizer/ "
+            f"folder into {source}."
         )
     check_tokenizer_fits_model(tokenizer, config, source)
 
@@ -366,8 +349,8 @@ def download_model(repo_id: str) -> Path:
         # the client's message ends in advice about the internet connection; say first what was looked for
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelFolderError(
-            f"{repo_id} is not a folder here, and no Hub model of that id could be loaded ({reason}). Give the path of "
-            f"a saved model folder, or a Hub id (owner/name) with the network reachable or the model in the cache."
+            f"{repo_id} is not a folder here, and no Hub model of that id could be loaded ({reason}); give a saved "
+            f"model folder, or a Hub id with the network reachable or the model in the cache."
         ) from error
 
 

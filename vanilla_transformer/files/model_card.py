@@ -130,9 +130,8 @@ def render_model_card(
     `translation`)."""
     if not CARD_TEMPLATE.is_file():
         raise FileNotFoundError(
-            f"the card template {CARD_TEMPLATE} is missing: it is package data of vanilla_transformer "
-            f"(files/templates/model_card.md), left out of this install; reinstall the package, or "
-            f"write README.md yourself."
+            f"the card template {CARD_TEMPLATE} is missing from this install: reinstall vanilla_transformer, or write "
+            f"README.md yourself."
         )
     source, target = languages
     title = DATASET_TITLES.get(dataset, dataset)
@@ -183,9 +182,8 @@ def render_model_card(
     environment = jinja2.Environment(
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined
     )
-    text = environment.from_string(
-        CARD_TEMPLATE.read_text()
-    ).render(
+    template = environment.from_string(CARD_TEMPLATE.read_text())
+    text = template.render(
         card_data=card_data.to_yaml(),
         name=name,
         repo_id=repo_id or f"your-name/{name}",  # where the folder is not pushed yet: the user's namespace
@@ -247,8 +245,8 @@ def card_from_training_log(
     evaluations = [entry for entry in log_history if "eval_bleu" in entry]
     if not evaluations:
         raise VanillaTransformerError(
-            f"the training log of {name} holds no evaluation (no `eval_bleu` entry), so the card would have no "
-            f"results: evaluate before pushing (`trainer.evaluate()`, or eval_strategy='steps') or write README.md."
+            f"the training log of {name} holds no evaluation (no `eval_bleu` entry) for the card's results: "
+            f"evaluate before pushing (`trainer.evaluate()`) or write README.md."
         )
     last = evaluations[-1]
     split = (preset or {}).get("valid_split", "validation")

@@ -1,17 +1,7 @@
-"""Safe output writing, the one place for it: outputs never destroy inputs (issue 25).
-
-1. **Staged, then renamed.** A file or folder is written under a hidden name beside its destination and renamed into
-   place only when complete (`staged_file`, `staged_folder`, over `data.staging`'s one scheme); on an error the
-   destination is untouched.
-2. **Never an input.** An output that is, contains or lies inside one of the command's inputs is refused before any
-   work (`check_not_an_input`), symlinks and hard links seen through.
-3. **Never a stranger's folder.** A folder a command creates holds a JSON marker, `MARKER_NAME` (kind, command,
-   created, version); a non-empty destination folder is replaced only when its marker has the same `kind`, or with
-   `--overwrite` (`check_output_folder`). A training run's folder is known by its `preset.json` instead, and locked
-   while it runs (`hold_lock`).
-
-A refusal raises `OutputError`, one line naming both paths and the fix.
-"""
+"""Safe output writing, the one place for it, so that outputs never destroy inputs (issue 25): an output is staged
+under a hidden name and renamed into place when complete; one that is, holds or lies inside an input is refused before
+any work; a non-empty folder is replaced only when its `MARKER_NAME` says a command wrote the same kind there, or with
+`--overwrite`. A refusal raises `OutputError`, one line naming both paths and the fix."""
 
 import errno
 import json
@@ -162,15 +152,13 @@ def check_output_folder(
     else:
         problem = f"is a non-empty folder that vanilla-transformer did not create (it has no {MARKER_NAME} marker)"
     raise OutputError(
-        f"{flag} {destination} {problem}; writing there could destroy what it holds: give a new or empty folder, or "
-        f"pass --overwrite to {overwrite_does}."
+        f"{flag} {destination} {problem}: give a new or empty folder, or pass --overwrite to {overwrite_does}."
     )
 
 
 @contextmanager
 def _parents_made(path: Path) -> Iterator[None]:
-    """Make the folders above `path`; on leaving, remove those of them left empty (innermost first): the folders a
-    failed write created, and only them; after a success the first one holds the output and stops the removal."""
+    """Make the folders above `path`; on leaving, remove those of them a failed write left empty."""
     created = [parent for parent in path.parents if not parent.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -237,8 +225,8 @@ def hold_lock(folder: PathLike, flag: str = "--output-dir") -> Iterator[None]:
             if error.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             raise OutputError(
-                f"{flag} {folder} is in use: another run is training in it now. Wait for that run to end (or stop "
-                f"it), or give {flag} another folder."
+                f"{flag} {folder} is in use: another run is training in it; wait for it to end, or give {flag} "
+                f"another folder."
             ) from None
         yield
     finally:

@@ -101,9 +101,9 @@ class ReleaseData:
         if corpus == BUILTIN or not (trained_on_file or corpus == MULTI30K or holds_multi30k(corpus)):
             kind = "the built-in corpus" if corpus == BUILTIN else f"{corpus!r}"
             raise SettingsError(
-                f"the run trained on {kind}, and a release is scored on the test sets of its training data: "
-                f"Multi30k's test2016/test2017, or a TSV file's own test split; {kind} has none this command scores, "
-                f"so its card would describe other data. Score the run with `vanilla-transformer evaluate` instead."
+                f"the run trained on {kind}, and a release is scored on the test sets of its training data "
+                f"(Multi30k's, or a TSV file's own), which {kind} lacks. Score the run with `vanilla-transformer "
+                f"evaluate` instead."
             )
         if not trained_on_file:
             if corpus_file:
@@ -115,8 +115,8 @@ class ReleaseData:
             return cls(folder, None, source_lang or "en", target_lang or "de")
         if data_dir:
             raise SettingsError(
-                f"--data-dir {data_dir}: the run trained on the TSV file {corpus} (its preset.json) and is scored on "
-                f"that file's test split, not on Multi30k; leave --data-dir out."
+                f"--data-dir {data_dir}: the run trained on the TSV file {corpus} (its preset.json), scored on its "
+                f"own test split; leave --data-dir out."
             )
         file = corpus_file or corpus
         digest = recorded.get("corpus_sha256")
@@ -127,8 +127,8 @@ class ReleaseData:
             )
         if digest and corpus_sha256(str(file)) != digest:
             raise SettingsError(
-                f"{file} is not the file the run trained on: its content differs from what the run recorded (sha256 "
-                f"{digest[:12]}… for {corpus}); give the file it trained on with --corpus-file."
+                f"{file} is not the file the run trained on: its content differs (the run recorded sha256 "
+                f"{digest[:12]}… for {corpus}); give that file with --corpus-file."
             )
         if not digest and corpus_file and not same_setting("corpus", str(corpus_file), corpus):
             raise SettingsError(
@@ -195,8 +195,7 @@ def train_command(run_preset: dict, output_dir: str, source_lang: str = "en", ta
     if unflagged:
         raise SettingsError(
             f"the run's preset differs from {name!r} in {unflagged}, which `vanilla-transformer train` has no flag "
-            f"for; add the run as a named preset in training/presets.py to release it with a reproducible "
-            f"command."
+            f"for; add the run as a named preset in training/presets.py."
         )
 
     def flag(field: str) -> str:

@@ -48,8 +48,8 @@ def _check_code(folder: Path, config: dict) -> list[str]:
         code = folder / name
         if not code.is_file():
             problems.append(
-                f"{name} is missing: without it `trust_remote_code=True` cannot load the model; save with "
-                f"`import vanilla_transformer` done first (it registers the classes for remote code)."
+                f"{name} is missing, and `trust_remote_code=True` needs it: save with `import vanilla_transformer` "
+                f"done first."
             )
         elif "vanilla_transformer" in _imported_packages(code):
             problems.append(f"{name} imports the vanilla_transformer package, which a downloader does not have.")
@@ -59,7 +59,7 @@ def _check_code(folder: Path, config: dict) -> list[str]:
         if reference is None:
             problems.append(
                 f"config.json's auto_map has no {auto_class} entry (it has {sorted(auto_map)}): save with "
-                f"`import vanilla_transformer` done first, which registers all three Auto classes."
+                f"`import vanilla_transformer` done first."
             )
             continue
         module, _, class_name = reference.rpartition(".")
@@ -91,9 +91,8 @@ def _check_card(folder: Path, card: str | None = None) -> list[str]:
     path = folder / "README.md"
     if card is None and not path.is_file():
         return [
-            "README.md (the model card) is missing and no training record (results.json, or the run's "
-            "trainer_state.json and preset.json) was found to render one from the card template: write one or "
-            "release the run with `vanilla-transformer release`."
+            "README.md (the model card) is missing and no training record (results.json, or trainer_state.json and "
+            "preset.json) renders one: write one, or release the run with `vanilla-transformer release`."
         ]
     try:
         data = (ModelCard(card) if card is not None else ModelCard.load(path)).data

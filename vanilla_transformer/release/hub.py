@@ -61,8 +61,8 @@ class PushPlan:
             lines.append(f"left out (not part of a model repo): {', '.join(self.left_out)}")
         if self.modified_code:
             lines.append(
-                f"pushing modified code files (allowed): {', '.join(self.modified_code)}; they differ from the "
-                f"installed vanilla_transformer's, and every downloader runs them with trust_remote_code=True"
+                f"pushing modified code files (allowed): {', '.join(self.modified_code)}; every downloader runs them "
+                f"with trust_remote_code=True"
             )
         if self.card is not None:
             lines.append("README.md: rendered from the run's records (the folder has no card)")
@@ -136,8 +136,8 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
         except (OSError, RuntimeError):  # a link loop
             return f"{name} is a link that never reaches a file (a loop of links): put the file itself in its place."
         return (
-            f"{name} is a link to {target}, outside the folder, and push never follows a link out of the folder: "
-            f"copy the file into the folder (cp --remove-destination {target} {link}) if it belongs to the model."
+            f"{name} is a link to {target}, outside the folder, which push never follows: copy the file into the "
+            f"folder (cp --remove-destination {target} {link})."
         )
 
     index = SAFE_WEIGHTS_INDEX_NAME
@@ -161,7 +161,7 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     card = None if rendered is None else str(rendered)
 
     problems += pickle_problems(folder)
-    modified = [  # the code files that differ from the installed package's copy
+    modified = [
         name
         for name in CODE_FILES
         if name in sources
@@ -171,9 +171,8 @@ def plan_push(folder: str | Path, repo_id: str | None = None, *, allow_modified_
     if not allow_modified_code:
         problems += [
             f"{name} differs from the installed vanilla_transformer's own copy ({MODEL_CODE / name})"
-            f", and every downloader runs it with trust_remote_code=True: re-save the model with this package "
-            f"(save_pretrained copies its code files) or copy that file over it; pass --allow-modified-code "
-            f"(allow_modified_code=True) if you changed it on purpose."
+            f", and every downloader runs it with trust_remote_code=True: copy that file over it, or pass "
+            f"--allow-modified-code (allow_modified_code=True) if you changed it on purpose."
             for name in modified
         ]
     files = {name: path.stat().st_size for name, path in sources.items()}
