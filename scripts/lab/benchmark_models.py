@@ -248,13 +248,19 @@ def ctranslate2_fns(
     returns one `translate_batch` call decoding exactly what `generate_fn` does: the same sources, threads, number of
     tokens and length penalty."""
     import ctranslate2
+    from ctranslate2.converters.converter import Converter
 
-    from vanilla_transformer.inference.ctranslate2_engine import convert
+    from vanilla_transformer.inference.ctranslate2_engine import MIN_POSITIONS, model_spec
 
     vocabulary = ["<pad>", "<s>", "</s>", *(f"t{i}" for i in range(EOS + 1, model.config.vocab_size))]
+
+    class ModelConverter(Converter):  # ctranslate2's converter: validation, quantization, saving
+        def _load(self):
+            return model_spec(model, vocabulary, vocabulary, MIN_POSITIONS)
+
     fns = {}
     for name, quantization in kinds.items():
-        convert(model, vocabulary, vocabulary, f"{folder}/{name}", quantization)
+        ModelConverter().convert(f"{folder}/{name}", quantization=quantization, force=True)
         translator = ctranslate2.Translator(
             f"{folder}/{name}", device=device.type, intra_threads=torch.get_num_threads(), compute_type=quantization
         )
