@@ -308,6 +308,26 @@ def test_a_split_of_an_anki_file_is_translated_and_scored_in_its_target_language
                                 corpus_file=corpus, output_hypotheses=corpus)  # fmt: skip
 
 
+def test_the_command_takes_the_direction_a_model_records_when_no_language_is_given(builtin_tokenizer, tmp_path, capsys):
+    from conftest import tiny_model
+
+    from vanilla_transformer.cli.main import main
+
+    model = tmp_path / "release"
+    tiny_model(vocab_size=len(builtin_tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2,
+               decoder_start_token_id=1).save_pretrained(model)  # fmt: skip
+    builtin_tokenizer.save_pretrained(model)
+    corpus = tmp_path / "cmn.txt"  # a name that says no direction
+    corpus.write_text("".join(f"sentence {k}\t句子{k}。\tCC-BY 2.0 (France)\n" for k in range(2100)), encoding="utf-8")
+    argv = ["evaluate", "--model", str(model), "--split", "valid", "--corpus-file", str(corpus), "--num-beams", "1"]
+    with pytest.raises(SystemExit) as exited:  # nothing says which direction
+        main(argv)
+    assert exited.value.code == 2 and "give --source-lang and --target-lang" in capsys.readouterr().err
+    (model / "results.json").write_text(json.dumps({"data": {"languages": ["en", "zh"]}}))
+    main(argv)
+    assert "tok:zh" in json.loads(capsys.readouterr().out)["bleu"]["signature"]
+
+
 def test_a_model_is_scored_only_in_the_direction_it_records(tatoeba, capsys):
     from vanilla_transformer.cli.main import main
 

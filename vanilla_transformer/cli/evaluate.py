@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> None:
     if args.model is not None and args.split is None:
         raise UsageError("--model needs --split")
     from ..data.corpora import corpus_languages
-    from ..inference.evaluation import evaluate_model_on_split
+    from ..inference.evaluation import evaluate_model_on_split, recorded_languages
     from ..inference.scoring import score_files
 
     if args.hypotheses is not None:
@@ -79,7 +79,10 @@ def run(args: argparse.Namespace) -> None:
             args.hypotheses, args.references, args.tokenized_references, args.lang, args.lowercase, args.bleu_tokenize
         )
     else:
-        source_lang, target_lang = corpus_languages(args.corpus_file or "", args.source_lang, args.target_lang)
+        given = args.source_lang, args.target_lang
+        if not all(given) and (recorded := recorded_languages(args.model)):  # the direction the model was made for
+            given = args.source_lang or recorded[0], args.target_lang or recorded[1]
+        source_lang, target_lang = corpus_languages(args.corpus_file or "", *given)
         scores = evaluate_model_on_split(
             args.model,
             args.split,
