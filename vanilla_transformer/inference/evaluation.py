@@ -32,8 +32,9 @@ def recorded_languages(name_or_path: str | Path) -> tuple[str, str, Path] | None
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        data, run = (record.get(key) if isinstance(record, dict) else None for key in ("data", "run"))
-        data, run = (part if isinstance(part, dict) else {} for part in (data, run))
+        if not isinstance(record, dict):
+            continue
+        data, run = (record.get(key) if isinstance(record.get(key), dict) else {} for key in ("data", "run"))
         languages = data.get("languages") if path.name == "results.json" else None
         languages = languages or [run.get("source_lang"), run.get("target_lang")]
         if isinstance(languages, list) and len(languages) == 2 and all(isinstance(lang, str) for lang in languages):

@@ -203,10 +203,12 @@ def check_one_run(run_dir: str | Path, folders: list[Path]) -> None:
             )
     run_tokenizer = Path(run_dir) / "tokenizer"
     with_tokenizer = [folder for folder in folders if (folder / "tokenizer.json").is_file()]
-    references = [run_tokenizer] if (run_tokenizer / "tokenizer.json").is_file() else with_tokenizer[-1:]
-    if not references:
+    if (run_tokenizer / "tokenizer.json").is_file():
+        reference = run_tokenizer
+    elif with_tokenizer:
+        reference = with_tokenizer[-1]
+    else:
         return
-    reference = references[0]
     expected = tokenizer_fingerprint(load_tokenizer(reference))
     for folder in folders:
         for what, digest in (

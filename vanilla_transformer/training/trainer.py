@@ -201,10 +201,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self,
         language: str | list[str] | None = None,
         license: str | None = None,  # noqa: A002  (the name Trainer.push_to_hub passes)
+        tags: str | list[str] | None = None,
         model_name: str | None = None,
+        finetuned_from: str | None = None,
+        tasks: str | list[str] | None = None,
         dataset_tags: str | list[str] | None = None,
         dataset: str | list[str] | None = None,
-        **unused,  # the rest of transformers' arguments: tags, finetuned_from, tasks, dataset_args
+        dataset_args: str | list[str] | None = None,
     ) -> None:
         """Write the project's card (`templates/model_card.md`, `model-index` from the last evaluation) instead of
         transformers' draft; `dataset` names the training data, `language` the (source, target) pair."""
